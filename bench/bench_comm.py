@@ -1,0 +1,115 @@
+"""clusterbench's all_reduce against a bare torch.distributed loop, in one run, same ranks and sizes.
+
+    python bench/bench_comm.py [--nproc 2] [--max-bytes 64M] [--rounds 5] [--sweep]
+
+The bare loop is the minimal benchmark anyone would write: warm-up, then
+`t0; for _ in range(iters): all_reduce(x); t1`, time per op = (t1 - t0) / iters, slowest rank.
+clusterbench runs through `comm.bench.measure`, the same function the CLI uses (auto
+iterations, per-iteration stamps, cross-rank reduction, correctness check after timing).
+The two alternate size by size for several rounds and the medians are compared, so that load
+from anything else on the machine hits both alike. `--sweep` also times a full
+`clusterbench comm --ops all` sweep and prints its CV per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from clusterbench import launch
+from clusterbench.comm.bench import CommOptions, measure
+from clusterbench.comm.ops import OPS
+from clusterbench.comm.sizes import human, parse_size, sweep
+from clusterbench.dist import resolve, synchronize
+
+
+def bare_loop_us(worker, nbytes: int, iters: int, warmup: int) -> float:
+    x = torch.zeros(nbytes // 4, dtype=torch.float32, device=worker.device)
+    for _ in range(warmup):
+        dist.all_reduce(x)
+    synchronize(worker.device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    synchronize(worker.device)
+    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=worker.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item() * 1e6
+
+
+def compare(worker, cfg: dict, progress) -> None:
+    results = []
+    for nbytes in cfg["sizes"]:
+        count = nbytes // 4
+        ours, bare = [], []
+        for _ in range(cfg["rounds"]):
+            opts = CommOptions(ops=("all_reduce",), sizes=(nbytes,), time_budget_s=cfg["budget"])
+            row = measure(OPS["all_reduce"], worker, opts, count)
+            ours.append(row.duration_us)
+            # The bare loop gets the same number of timed iterations clusterbench chose.
+            bare.append(bare_loop_us(worker, nbytes, row.iters, opts.warmup))
+        results.append({"bytes": nbytes, "clusterbench_us": statistics.median(ours),
+                        "bare_us": statistics.median(bare)})
+    if worker.is_main:
+        Path(cfg["out"]).write_text(json.dumps(results))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--min-bytes", default="8")
+    p.add_argument("--max-bytes", default="64M")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--budget", type=float, default=0.25)
+    p.add_argument("--sweep", action="store_true", help="also time a full --ops all sweep")
+    a = p.parse_args()
+    sizes = sweep(parse_size(a.min_bytes), parse_size(a.max_bytes), 4)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "bench.json"
+        cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "out": str(out)}
+        launch.run(launch.Job(compare, cfg, resolve("auto", None, 300), Path(tmp)), a.nproc)
+        results = json.loads(out.read_text())
+    factor = 2 * (a.nproc - 1) / a.nproc
+    print(f"all_reduce float32, {a.nproc} ranks, median of {a.rounds} alternating rounds")
+    print(f"{'size':>10} {'bare us':>10} {'ours us':>10} {'bare busbw Gbps':>16} {'ours busbw Gbps':>16} {'ratio':>6}")
+    for r in results:
+        bw = [r["bytes"] / (t * 1e-6) * factor * 8 / 1e9 for t in (r["bare_us"], r["clusterbench_us"])]
+        print(f"{human(r['bytes']):>10} {r['bare_us']:10.1f} {r['clusterbench_us']:10.1f} "
+              f"{bw[0]:16.3f} {bw[1]:16.3f} {bw[1] / bw[0]:6.3f}")
+    large = [r["bare_us"] / r["clusterbench_us"] for r in results if r["bytes"] >= 2**20]
+    small = [r["clusterbench_us"] / r["bare_us"] for r in results if r["bytes"] <= 4096]
+    if large:
+        print(f"busbw ratio from 1 MiB up: min {min(large):.3f}, median {statistics.median(large):.3f}")
+    if small:
+        print(f"latency ratio up to 4 KiB: max {max(small):.3f}, median {statistics.median(small):.3f}")
+    if a.sweep:
+        time_sweep(a.nproc)
+
+
+def time_sweep(nproc: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "clusterbench", "comm", "--nproc", str(nproc), "--ops", "all",
+                        "-b", "8", "-e", "64M", "--out", tmp], check=True, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - t0
+        rows = json.loads((Path(tmp) / "run.json").read_text())["comm"]
+    cvs = sorted(r["cv"] for r in rows)
+    print(f"\nfull sweep --ops all 8 B..64 MiB on {nproc} gloo ranks: {seconds:.1f} s wall, {len(rows)} rows")
+    print(f"CV per size: median {statistics.median(cvs):.3f}, p90 {cvs[int(0.9 * (len(cvs) - 1))]:.3f}, "
+          f"max {cvs[-1]:.3f}")
+    for op in dict.fromkeys(r["op"] for r in rows):
+        mine = [r for r in rows if r["op"] == op]
+        print(f"  {op:>14}: " + " ".join(f"{r['cv']:.2f}" for r in mine))
+
+
+if __name__ == "__main__":
+    main()

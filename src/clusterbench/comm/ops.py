@@ -1,0 +1,244 @@
+"""The op table: one small declarative entry per collective, one harness for all.
+
+Each entry says only what differs between collectives (the nccl-tests design): the
+bus-bandwidth factor, whether the Size buffer splits into n per-rank chunks, whether it can
+run in place, which buffers it needs, how to call it, and what every rank must hold after.
+Sizes and factors follow ../shared/REFERENCE.md section 1 (the nccl-tests convention):
+`count` is always the element count of the buffer the Size column describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+import torch.distributed as dist
+
+from clusterbench.comm.values import Values
+
+Buffers = dict[str, torch.Tensor]
+
+
+class InPlace(Enum):
+    ALWAYS = "always"  # torch's API for it writes into its input
+    OPTIONAL = "optional"  # --in-place aliases the input with the rank's slice of the output
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """One op at one size on one rank."""
+
+    rank: int
+    n: int
+    count: int
+    dtype: torch.dtype
+    device: torch.device
+    root: int
+    reduce_op: str
+    in_place: bool
+    values: Values
+
+    @property
+    def chunk(self) -> int:
+        return self.count // self.n
+
+    @property
+    def torch_op(self) -> dist.ReduceOp:
+        return REDUCE_OPS[self.reduce_op]
+
+    @property
+    def peer(self) -> int | None:
+        """pt2pt partner: ranks pair up as (0,1), (2,3), ...; with odd n the last rank sits out."""
+        other = self.rank ^ 1
+        return other if other < self.n else None
+
+    def empty(self, count: int) -> torch.Tensor:
+        return torch.empty(count, dtype=self.dtype, device=self.device)
+
+    def input(self, rank: int, count: int, offset: int = 0) -> torch.Tensor:
+        return self.values.make(rank, count, offset)
+
+    def gathered(self, owner: Callable[[int], int], offset: Callable[[int], int]) -> torch.Tensor:
+        """Expected concatenation of n chunks: chunk j is owner(j)'s pattern at offset(j)."""
+        return torch.cat([self.values.pattern(owner(j), self.chunk, offset(j)) for j in range(self.n)])
+
+    def reduced(self, count: int, offset: int = 0) -> torch.Tensor:
+        return self.values.reduced(self.n, count, offset)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    busbw_factor: Callable[[int], float]
+    per_rank_chunks: bool  # the Size buffer is n chunks, so counts round to multiples of n
+    in_place: InPlace
+    reduces: bool
+    buffers: Callable[[Ctx], Buffers]
+    run: Callable[[Ctx, Buffers], None]
+    expected: Callable[[Ctx], torch.Tensor | None]  # of buffers["out"]; None: nothing to check here
+    active: Callable[[int, int], bool] = lambda rank, n: True
+    min_ranks: int = 1
+    bidirectional: bool = False
+
+    def granularity(self, n: int) -> int:
+        return n if self.per_rank_chunks else 1
+
+
+REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "prod": dist.ReduceOp.PRODUCT,
+}
+
+# torch 2.13 renamed the tensor forms; older releases (>= 2.4) only have the old names.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n
+
+
+def _chunk_of(c: Ctx, buf: torch.Tensor) -> torch.Tensor:
+    return buf[c.rank * c.chunk : (c.rank + 1) * c.chunk]
+
+
+def _all_gather_buffers(c: Ctx) -> Buffers:
+    out = c.empty(c.count)
+    mine = c.input(c.rank, c.chunk, c.rank * c.chunk)
+    if c.in_place:
+        return {"in": _chunk_of(c, out).copy_(mine), "out": out}
+    return {"in": mine, "out": out}
+
+
+def _reduce_scatter_buffers(c: Ctx) -> Buffers:
+    inp = c.input(c.rank, c.count)
+    return {"in": inp, "out": _chunk_of(c, inp) if c.in_place else c.empty(c.chunk)}
+
+
+def _gather_buffers(c: Ctx) -> Buffers:
+    bufs = {"in": c.input(c.rank, c.chunk, c.rank * c.chunk)}
+    if c.rank == c.root:
+        bufs["out"] = c.empty(c.count)
+    return bufs
+
+
+def _scatter_buffers(c: Ctx) -> Buffers:
+    bufs = {"out": c.empty(c.chunk)}
+    if c.rank == c.root:
+        bufs["in"] = c.input(c.rank, c.count)
+    return bufs
+
+
+def _pt2pt_roles(c: Ctx, bidirectional: bool) -> set[str]:
+    """Which of send ("in") and receive ("out") this rank does."""
+    if c.peer is None:
+        return set()
+    if bidirectional:
+        return {"in", "out"}
+    return {"in"} if c.rank % 2 == 0 else {"out"}
+
+
+def _pt2pt_buffers(c: Ctx, bidirectional: bool) -> Buffers:
+    roles = _pt2pt_roles(c, bidirectional)
+    bufs = {"in": c.input(c.rank, c.count)} if "in" in roles else {}
+    if "out" in roles:
+        bufs["out"] = c.empty(c.count)
+    return bufs
+
+
+def _pt2pt_run(c: Ctx, b: Buffers) -> None:
+    works = []
+    if "in" in b:
+        works.append(dist.isend(b["in"], c.peer))
+    if "out" in b:
+        works.append(dist.irecv(b["out"], c.peer))
+    for w in works:
+        w.wait()
+
+
+def _pt2pt(name: str, bidirectional: bool) -> Op:
+    return Op(
+        name=name,
+        # Bidirectional counts the bytes moving both ways (REFERENCE.md section 1).
+        busbw_factor=lambda n: 2.0 if bidirectional else 1.0,
+        per_rank_chunks=False,
+        in_place=InPlace.NEVER,
+        reduces=False,
+        buffers=lambda c: _pt2pt_buffers(c, bidirectional),
+        run=_pt2pt_run,
+        expected=lambda c: c.values.pattern(c.peer, c.count) if "out" in _pt2pt_roles(c, bidirectional) else None,
+        active=lambda rank, n: (rank ^ 1) < n,
+        min_ranks=2,
+        bidirectional=bidirectional,
+    )
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op(
+            "all_reduce", lambda n: 2 * (n - 1) / n, False, InPlace.ALWAYS, True,
+            buffers=lambda c: {"out": c.input(c.rank, c.count)},
+            run=lambda c, b: dist.all_reduce(b["out"], op=c.torch_op),
+            expected=lambda c: c.reduced(c.count),
+        ),
+        Op(
+            "all_gather", _ring, True, InPlace.OPTIONAL, False,
+            buffers=_all_gather_buffers,
+            run=lambda c, b: _all_gather(b["out"], b["in"]),
+            expected=lambda c: c.gathered(lambda j: j, lambda j: j * c.chunk),
+        ),
+        Op(
+            "reduce_scatter", _ring, True, InPlace.OPTIONAL, True,
+            buffers=_reduce_scatter_buffers,
+            run=lambda c, b: _reduce_scatter(b["out"], b["in"], op=c.torch_op),
+            expected=lambda c: c.reduced(c.chunk, c.rank * c.chunk),
+        ),
+        Op(
+            "all_to_all", _ring, True, InPlace.NEVER, False,
+            buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
+            run=lambda c, b: dist.all_to_all_single(b["out"], b["in"]),
+            expected=lambda c: c.gathered(lambda j: j, lambda j: c.rank * c.chunk),
+        ),
+        Op(
+            "broadcast", lambda n: 1.0, False, InPlace.ALWAYS, False,
+            buffers=lambda c: {"out": c.input(c.rank, c.count)},
+            run=lambda c, b: dist.broadcast(b["out"], src=c.root),
+            expected=lambda c: c.values.pattern(c.root, c.count),
+        ),
+        Op(
+            "reduce", lambda n: 1.0, False, InPlace.ALWAYS, True,
+            buffers=lambda c: {"out": c.input(c.rank, c.count)},
+            run=lambda c, b: dist.reduce(b["out"], dst=c.root, op=c.torch_op),
+            # Only the root's buffer is defined after a reduce.
+            expected=lambda c: c.reduced(c.count) if c.rank == c.root else None,
+        ),
+        Op(
+            "gather", _ring, True, InPlace.NEVER, False,
+            buffers=_gather_buffers,
+            run=lambda c, b: dist.gather(
+                b["in"], list(b["out"].split(c.chunk)) if "out" in b else None, dst=c.root
+            ),
+            expected=lambda c: c.gathered(lambda j: j, lambda j: j * c.chunk) if c.rank == c.root else None,
+        ),
+        Op(
+            "scatter", _ring, True, InPlace.NEVER, False,
+            buffers=_scatter_buffers,
+            run=lambda c, b: dist.scatter(
+                b["out"], list(b["in"].split(c.chunk)) if "in" in b else None, src=c.root
+            ),
+            expected=lambda c: c.values.pattern(c.root, c.chunk, c.rank * c.chunk),
+        ),
+        _pt2pt("pt2pt", bidirectional=False),
+        _pt2pt("pt2pt_bidir", bidirectional=True),
+    )
+}
+
+# `--ops all` runs each collective once; pt2pt's direction comes from --bidirectional.
+ALL_OPS = [name for name in OPS if name != "pt2pt_bidir"]

@@ -1,0 +1,153 @@
+"""Process-group setup: backend and device choice, ranks, timeouts, environment facts."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from clusterbench import __version__
+from clusterbench.errors import UsageError
+
+KNOWN_BACKENDS = ("nccl", "gloo", "mpi")
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """What every worker needs to join the process group; chosen once, in the parent."""
+
+    backend: str
+    device_type: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Worker:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    timeout_s: float
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def resolve(backend: str = "auto", device: str | None = None, timeout_s: float = 300.0) -> DistConfig:
+    """Turn --backend/--device into a concrete pair, refusing what this machine cannot do."""
+    if timeout_s <= 0:
+        raise UsageError(f"--timeout must be positive, got {timeout_s:g}")
+    backend = backend.lower()
+    has_cuda = torch.cuda.is_available()
+    device_type = (device or ("cuda" if has_cuda and backend in ("auto", "nccl") else "cpu")).split(":")[0]
+    if device_type == "cuda" and not has_cuda:
+        raise UsageError("--device cuda: no CUDA device is visible on this machine")
+    if backend == "auto":
+        backend = "nccl" if device_type == "cuda" else "gloo"
+    if backend == "nccl":
+        if not has_cuda:
+            raise UsageError("backend nccl needs CUDA GPUs and this machine has none; use --backend gloo")
+        if device_type != "cuda":
+            raise UsageError("backend nccl works on CUDA tensors only; drop --device cpu or use gloo")
+        if not dist.is_nccl_available():
+            raise UsageError("this torch build has no NCCL support")
+    elif backend == "gloo":
+        if not dist.is_gloo_available():
+            raise UsageError("this torch build has no Gloo support")
+    elif backend == "mpi":
+        if not dist.is_mpi_available():
+            raise UsageError("this torch build has no MPI support (build torch from source with MPI)")
+    elif not _is_registered(backend):
+        raise UsageError(
+            f"unknown backend {backend!r}: this torch knows {', '.join(KNOWN_BACKENDS)} "
+            "and no plug-in registered that name"
+        )
+    if device_type not in ("cpu", "cuda") and not hasattr(torch, device_type):
+        raise UsageError(f"unknown device type {device_type!r}")
+    return DistConfig(backend=backend, device_type=device_type, timeout_s=timeout_s)
+
+
+def _is_registered(backend: str) -> bool:
+    # Vendor backends (hccl, xccl, ...) register themselves with c10d when their package is imported.
+    return backend.upper() in {b.upper() for b in dist.Backend.backend_list}
+
+
+def local_device_count(device_type: str) -> int:
+    if device_type == "cuda":
+        return torch.cuda.device_count()
+    module = getattr(torch, device_type, None)
+    count = getattr(module, "device_count", None)
+    return count() if device_type != "cpu" and callable(count) else 0
+
+
+def init(
+    cfg: DistConfig,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    store: dist.Store | None = None,
+    init_method: str | None = None,
+) -> Worker:
+    """Join the process group and pin this rank to its device."""
+    if cfg.device_type == "cpu":
+        device = torch.device("cpu")
+        # Ranks sharing a CPU would fight over cores: split them.
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world_size
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+    else:
+        count = local_device_count(cfg.device_type)
+        device = torch.device(cfg.device_type, local_rank % max(1, count))
+        getattr(torch, cfg.device_type).set_device(device)
+    timeout = datetime.timedelta(seconds=cfg.timeout_s)
+    kwargs = {"store": store} if store is not None else {"init_method": init_method or "env://"}
+    if cfg.backend == "nccl":
+        kwargs["device_id"] = device
+    dist.init_process_group(cfg.backend, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    return Worker(rank, world_size, local_rank, device, cfg.backend, cfg.timeout_s)
+
+
+def backend_version(backend: str) -> str:
+    if backend == "nccl" and torch.cuda.is_available():
+        return ".".join(str(v) for v in torch.cuda.nccl.version())
+    return f"bundled with torch {torch.__version__}"
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return platform.processor() or platform.machine()
+    return str(device)
+
+
+def environment(worker: Worker) -> dict:
+    """Facts every run.json records; gathered from all ranks, so call it on every rank."""
+    mine = {"host": socket.gethostname(), "device": device_name(worker.device)}
+    everyone: list[dict] = [{} for _ in range(worker.world_size)]
+    dist.all_gather_object(everyone, mine)
+    return {
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "clusterbench": __version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "backend": worker.backend,
+        "backend_version": backend_version(worker.backend),
+        "world_size": worker.world_size,
+        "device_type": worker.device.type,
+        "hosts": sorted({e["host"] for e in everyone}),
+        "devices": [e["device"] for e in everyone],
+    }
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

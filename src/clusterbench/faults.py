@@ -1,0 +1,36 @@
+"""Test-only fault injection, so the tests can prove faults are caught without mocking anything.
+
+Set through environment variables that no user sets:
+  CLUSTERBENCH_TEST_FAULT="kill:RANK:STEP" or "hang:RANK:STEP": that rank dies (SIGKILL) or
+      stops responding when it reaches step STEP (1-based) of its sweep.
+  CLUSTERBENCH_TEST_CORRUPT="OP:RANK": that rank's checked output of OP gets one wrong element.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+FAULT_ENV = "CLUSTERBENCH_TEST_FAULT"
+CORRUPT_ENV = "CLUSTERBENCH_TEST_CORRUPT"
+
+
+def at_step(rank: int, step: int) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    kind, fault_rank, fault_step = spec.split(":")
+    if int(fault_rank) != rank or int(fault_step) != step:
+        return
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "hang":
+        time.sleep(3600)
+
+
+def corrupt(op: str, rank: int, out: torch.Tensor) -> None:
+    if os.environ.get(CORRUPT_ENV) == f"{op}:{rank}":
+        out.view(-1)[0] += 1

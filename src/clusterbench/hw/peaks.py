@@ -1,0 +1,166 @@
+"""Measured peaks: what a GEMM and a memory copy reach on this device.
+
+These stand in for the limits tables when a device is not listed there, and show how far
+a listed device gets from its datasheet figure. Units: TFLOP/s = 1e12 FLOP per second,
+GB/s = 1e9 bytes per second.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from clusterbench.errors import UsageError
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+}
+# 8192³ is the GPU size REFERENCE.md §3 quotes; on a CPU 2048³ float32 takes a fraction of
+# a second, and the slower half-precision CPU kernels get 1024³.
+_GPU_MATMUL_N = 8192
+_CPU_MATMUL_N = {torch.float32: 2048}
+_CPU_MATMUL_N_OTHER = 1024
+# Large enough to leave the caches: 1 GiB on a GPU, 64 MiB on a CPU.
+_GPU_COPY_BYTES = 1 << 30
+_CPU_COPY_BYTES = 64 << 20
+_WARMUP_STEPS = 2
+_BUSY_CHUNK_BYTES = 64 << 20
+
+
+def measure_matmul_tflops(
+    device: str = "cpu", dtype: str = "float32", n: int | None = None, seconds: float = 1.0
+) -> dict[str, Any]:
+    """Dense GEMM throughput: torch.mm of two n x n matrices, 2·n³ FLOP per call.
+
+    Timing starts after warm-up and waits for the device (CUDA-synchronised), and runs
+    whole calls until at least `seconds` have passed. On CUDA, float32 runs at torch's
+    current float32 matmul precision (full fp32 unless a caller enabled TF32).
+    """
+    torch_dtype = _dtype(dtype)
+    dev = _device(device)
+    if n is None:
+        cpu_n = _CPU_MATMUL_N.get(torch_dtype, _CPU_MATMUL_N_OTHER)
+        n = _GPU_MATMUL_N if dev.type != "cpu" else cpu_n
+    a = torch.randn(n, n, device=dev, dtype=torch_dtype)
+    b = torch.randn(n, n, device=dev, dtype=torch_dtype)
+    out = torch.empty(n, n, device=dev, dtype=torch_dtype)
+    iters, elapsed = _time_steps(lambda: torch.mm(a, b, out=out), dev, seconds)
+    return {
+        "device": str(dev),
+        "dtype": str(torch_dtype).removeprefix("torch."),
+        "n": n,
+        "tflops": 2 * n**3 * iters / elapsed / 1e12,
+        "iters": iters,
+        "seconds": elapsed,
+    }
+
+
+def measure_copy_gbps(
+    device: str = "cpu", nbytes: int | None = None, seconds: float = 0.5
+) -> dict[str, Any]:
+    """Device memory bandwidth from tensor copies of `nbytes` each.
+
+    Each copy reads nbytes and writes nbytes, so it counts 2 × nbytes of traffic (the
+    convention of STREAM's copy and of GPU bandwidth tests); gbps = that / time / 1e9.
+    """
+    dev = _device(device)
+    if nbytes is None:
+        nbytes = _GPU_COPY_BYTES if dev.type != "cpu" else _CPU_COPY_BYTES
+    if nbytes <= 0:
+        raise UsageError(f"nbytes must be positive, got {nbytes}")
+    src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    iters, elapsed = _time_steps(lambda: dst.copy_(src), dev, seconds)
+    return {
+        "device": str(dev),
+        "nbytes": nbytes,
+        "gbps": 2 * nbytes * iters / elapsed / 1e9,
+        "iters": iters,
+        "seconds": elapsed,
+    }
+
+
+@contextmanager
+def busy_gpus() -> Iterator[set[str]]:
+    """Keep every visible CUDA GPU busy with host-to-device copies inside the block.
+
+    Yields the UUIDs (as torch prints them) of the GPUs kept busy; an empty set without
+    CUDA. Used to read PCIe link state under load: GPUs park the link when idle.
+    """
+    if not torch.cuda.is_available():
+        yield set()
+        return
+    count = torch.cuda.device_count()
+    uuids = {str(torch.cuda.get_device_properties(i).uuid) for i in range(count)}
+    pairs = [
+        (torch.empty(_BUSY_CHUNK_BYTES, dtype=torch.uint8, pin_memory=True),
+         torch.empty(_BUSY_CHUNK_BYTES, dtype=torch.uint8, device=f"cuda:{i}"))
+        for i in range(count)
+    ]
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            for src, dst in pairs:
+                dst.copy_(src, non_blocking=True)
+            # Waiting here (GIL released) keeps the queue short, so stopping is quick.
+            for i in range(count):
+                torch.cuda.synchronize(i)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="clusterbench-busy") as pool:
+        worker = pool.submit(work)
+        try:
+            yield uuids
+        finally:
+            stop.set()
+            worker.result()  # re-raises a failure of the worker here
+
+
+def _time_steps(step: Callable[[], object], dev: torch.device, seconds: float) -> tuple[int, float]:
+    """Run `step` after warm-up until `seconds` pass; return (calls, elapsed seconds)."""
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    for _ in range(_WARMUP_STEPS):
+        step()
+    sync()
+    iters, elapsed = 0, 0.0
+    start = time.perf_counter()
+    while elapsed < seconds or iters == 0:
+        # Size each batch from the rate so far: one sync per batch, not per call.
+        batch = 1 if iters == 0 else max(1, math.ceil((seconds - elapsed) * iters / elapsed))
+        for _ in range(batch):
+            step()
+        sync()
+        iters += batch
+        elapsed = time.perf_counter() - start
+    return iters, elapsed
+
+
+def _dtype(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name.lower().removeprefix("torch.")]
+    except KeyError:
+        raise UsageError(f"unsupported dtype {name!r}: use float32, float16 or bfloat16") from None
+
+
+def _device(name: str) -> torch.device:
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"unknown device {name!r}: use cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {name!r} asked for, but torch sees no CUDA GPU")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise UsageError(f"device {name!r} asked for, but torch sees {count} GPUs")
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"unsupported device {name!r}: use cpu or cuda[:N]")
+    return dev

@@ -1,0 +1,111 @@
+"""The comm section: busbw against size per op, the theoretical link line, the tables."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from clusterbench.comm.table import UNITS, describe, duration
+from clusterbench.hw import limits
+from clusterbench.report.blocks import details, esc, note, num, pct, section, table
+from clusterbench.report.plots import busbw_plot
+from clusterbench.results import CommRow
+
+_ROW_FIELDS = {f.name for f in fields(CommRow)}
+_BITS_PER_BYTE = 8
+
+
+def link_line(doc: dict[str, Any]) -> tuple[float | None, str]:
+    """(one-direction GB/s per GPU of the link the collectives cross, label), or (None, why not)."""
+    env = doc.get("env") or {}
+    if env.get("device_type") != "cuda":
+        return None, ("The ranks ran on the CPU (gloo over shared memory and loopback): no link table applies, "
+                      "so the plots have no theoretical line.")
+    gpus = (doc.get("hardware") or {}).get("gpus") or []
+    if not gpus:
+        return None, "run.json has no hardware picture with GPUs, so the plots have no theoretical line."
+    if len(set(env.get("hosts") or [])) > 1:
+        ports = [p for p in doc["hardware"].get("rdma") or [] if p.get("gbps") and p.get("state") == "ACTIVE"]
+        if not ports:
+            return None, "Ranks on several hosts and no active RDMA port known: no theoretical line."
+        slowest = min(ports, key=lambda p: p["gbps"])
+        return slowest["gbps"], f"{slowest.get('label') or 'RDMA'}: {slowest['gbps']:g} GB/s (one port per GPU)"
+    nvlink = [g.get("nvlink_gbps") for g in gpus]
+    if all(nvlink):
+        slowest = min(gpus, key=lambda g: g["nvlink_gbps"])
+        return slowest["nvlink_gbps"], (f"NVLink {slowest['nvlink_version']} × {slowest['nvlink_active']}: "
+                                        f"{slowest['nvlink_gbps']:g} GB/s per GPU")
+    pcie = [g for g in gpus if g.get("pcie_gbps")]
+    if not pcie:
+        return None, "Neither NVLink nor PCIe bandwidth is known for these GPUs: no theoretical line."
+    slowest = min(pcie, key=lambda g: g["pcie_gbps"])
+    return slowest["pcie_gbps"], (f"PCIe gen{slowest['pcie_gen_max']} x{slowest['pcie_width_max']}: "
+                                  f"{slowest['pcie_gbps']:g} GB/s")
+
+
+def rows_by_op(doc: dict[str, Any]) -> dict[str, list[CommRow]]:
+    """run.json's comm rows as CommRow, grouped by op in run order, sorted by size."""
+    grouped: dict[str, list[CommRow]] = {}
+    for raw in doc.get("comm") or []:
+        row = CommRow(**{k: v for k, v in raw.items() if k in _ROW_FIELDS})
+        grouped.setdefault(row.op, []).append(row)
+    return {op: sorted(rows, key=lambda r: r.size_bytes) for op, rows in grouped.items()}
+
+
+def plot_count(doc: dict[str, Any]) -> int:
+    """How many plots comm_section draws: one per op, plus an overview when there are several."""
+    ops = len(rows_by_op(doc))
+    return ops + (1 if ops > 1 else 0)
+
+
+def comm_section(doc: dict[str, Any]) -> str:
+    groups = rows_by_op(doc)
+    options = doc.get("comm_options") or {}
+    unit = options.get("unit", "Gbps")
+    checked = options.get("check", True)
+    line, line_text = link_line(doc)
+    line_label = f"theoretical {line_text}" if line else ""
+    lead = (f"busbw follows the nccl-tests convention (algbw × the op's factor), so one line marks what the "
+            f"link allows for every op. Plots in GB/s; tables in {esc(UNITS[unit][0])}, as the run printed them.")
+    body = note(esc(line_text if not line else f"Theoretical line: {line_text}, one direction."))
+    if line and any(g.get("nvlink_version") == 4 for g in doc["hardware"]["gpus"]):
+        body += note(esc(f"NVLink 4: {limits.NVLINK[4].note}."))
+    series = {op: ([r.size_bytes for r in rows], [_gbs(r) for r in rows]) for op, rows in groups.items()}
+    if len(groups) > 1:
+        body += f'<h3>All ops</h3><div class="wide">{busbw_plot("comm-all", series, line, line_label)}</div>'
+    for op, rows in groups.items():
+        body += _op_block(op, rows, series[op], line, line_label, unit, checked)
+    return section("comm", "Collective communication", body, lead=lead)
+
+
+def _gbs(row: CommRow) -> float:
+    return 0.0 if row.world_size == 1 else row.busbw_gbps / _BITS_PER_BYTE
+
+
+def _op_block(op: str, rows: list[CommRow], series: tuple, line: float | None, line_label: str,
+              unit: str, checked: bool) -> str:
+    label, scale = UNITS[unit]
+    peak = max(series[1], default=0.0)
+    avg = sum(r.busbw_gbps for r in rows) / len(rows) * scale
+    wrong = sum(r.wrong for r in rows)
+    summary = (f"avg busbw {num(avg)} {esc(label)} over {len(rows)} sizes (nccl-tests' figure); "
+               f"peak {num(peak)} GB/s" + (f" = {pct(peak / line)} of the line" if line else ""))
+    check = ("not checked" if not checked else
+             f'<span class="bad">{wrong} wrong elements</span>' if wrong else "all values OK")
+    notes = ""
+    if line and peak > line:
+        notes = note(f"busbw is above the link line ({num(peak)} &gt; {num(line)} GB/s). That is not an error: "
+                     "with NVLS (NVLink SHARP) or SHARP in the network the switch does part of the reduction, "
+                     "so each GPU moves fewer bytes than the busbw formula assumes.", "warn")
+    headers = ["Size (Bytes)", "Description", "Duration", f"Throughput ({label})", f"BusBW ({label})",
+               "#wrong", "p50", "p99", "cv"]
+    body = [[
+        str(r.size_bytes), esc(describe(r)), duration(r.duration_us), f"{r.throughput_gbps * scale:.3f}",
+        "-" if r.world_size == 1 else f"{r.busbw_gbps * scale:.3f}",
+        ("-" if not checked else f'<span class="bad">{r.wrong}</span>' if r.wrong else "0"),
+        duration(r.p50_us), duration(r.p99_us), f"{r.cv:.2f}",
+    ] for r in rows]
+    tables = details(f"table: {len(rows)} sizes", table(headers, body, numeric_from=2))
+    plot = busbw_plot(f"comm-{op}", {op: series}, line, line_label)
+    text = f"<p>{summary}; {check}.</p>{notes}"
+    return f'<h3><code>{esc(op)}</code></h3><div class="op"><div>{plot}</div><div>{text}</div></div>{tables}'

@@ -1,0 +1,16 @@
+"""`clusterbench report RUN_DIR`: (re)render report.html from a run folder's run.json."""
+
+from __future__ import annotations
+
+import argparse
+
+from clusterbench.report.html import render_report
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (or its run.json)")
+
+
+def main(args: argparse.Namespace) -> int:
+    print(f"report: {render_report(args.run_dir)}")
+    return 0

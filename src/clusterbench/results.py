@@ -1,0 +1,177 @@
+"""The one result schema: run folders, run.json and the CSV files beside it.
+
+Every command writes a run folder. Rank 0 owns it and rewrites each file atomically
+(write a temporary file, then rename) whenever a result arrives, so a run that stops
+early still leaves complete, parseable files with every row measured so far.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from clusterbench import __version__
+from clusterbench.errors import UsageError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CommRow:
+    """One message size of one collective, as printed and as stored."""
+
+    op: str
+    size_bytes: int
+    count: int
+    dtype: str
+    world_size: int
+    in_place: bool
+    duration_us: float
+    throughput_gbps: float
+    busbw_gbps: float
+    wrong: int
+    iters: int
+    p50_us: float
+    p99_us: float
+    min_us: float
+    max_us: float
+    cv: float
+    reduce_op: str | None = None
+    root: int | None = None
+
+
+COMM_COLUMNS = [f.name for f in fields(CommRow)]
+
+
+def utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def default_run_dir(command: str) -> Path:
+    return Path("runs") / f"{utc_stamp()}-{command}"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def prepare_run_dir(path: Path) -> Path:
+    """Create the folder and prove it is writable, before any work starts."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"cannot write the run folder {path}: {e.strerror or e}") from None
+    return path
+
+
+class RunFolder:
+    """run.json plus one CSV per table section, kept complete after every update."""
+
+    def __init__(self, path: Path, command: str, argv: list[str]) -> None:
+        self.path = prepare_run_dir(Path(path))
+        self.doc: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "clusterbench",
+            "version": __version__,
+            "command": command,
+            "argv": argv,
+            "started_utc": utc_stamp(),
+            "finished_utc": None,
+            "status": "running",
+            "error": None,
+            "env": {"hostname": socket.gethostname()},
+        }
+        self._csv_columns: dict[str, list[str]] = {}
+        self.save()
+
+    @property
+    def json_path(self) -> Path:
+        return self.path / "run.json"
+
+    def save(self) -> None:
+        atomic_write(self.json_path, json.dumps(self.doc, indent=1, default=str) + "\n")
+
+    def update_env(self, env: dict[str, Any]) -> None:
+        self.doc["env"].update(env)
+        self.save()
+
+    def set(self, key: str, value: Any) -> None:
+        self.doc[key] = value
+        self.save()
+
+    def append(self, section: str, row: Any, columns: list[str] | None = None) -> None:
+        """Add a row to a section of run.json and to <section>.csv."""
+        record = asdict(row) if hasattr(row, "__dataclass_fields__") else dict(row)
+        self.doc.setdefault(section, []).append(record)
+        if columns is not None:
+            self._csv_columns[section] = columns
+        self.save()
+        self._write_csv(section)
+
+    def _write_csv(self, section: str) -> None:
+        rows = self.doc[section]
+        columns = self._csv_columns.get(section) or list(rows[0])
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(self.path / f"{section}.csv", buf.getvalue())
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        self.doc["status"] = status
+        self.doc["error"] = error
+        self.doc["finished_utc"] = utc_stamp()
+        self.save()
+
+
+def mark_finished(run_dir: Path, status: str, error: str | None) -> None:
+    """Record the end of a run whose rank 0 could not (it died, or was killed)."""
+    path = Path(run_dir) / "run.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if doc.get("status") != "running":
+        return
+    doc.update(status=status, error=error, finished_utc=utc_stamp())
+    atomic_write(path, json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    """Read a run folder (or its run.json) and refuse anything this version cannot read."""
+    p = Path(path)
+    file = p / "run.json" if p.is_dir() else p
+    if not file.exists():
+        raise UsageError(f"no run found at {path}: {file} does not exist")
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {file}: {e}") from None
+    except ValueError as e:
+        raise UsageError(f"{file} is not valid JSON (half-written or corrupt): {e}") from None
+    if not isinstance(doc, dict) or doc.get("tool") != "clusterbench":
+        raise UsageError(f"{file} is not a clusterbench run.json")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(
+            f"{file} has schema version {doc.get('schema_version')}; "
+            f"this clusterbench reads version {SCHEMA_VERSION}"
+        )
+    return doc

@@ -1,0 +1,174 @@
+"""The training loop: wrap the model, then step, accumulate, step again, timing a window.
+
+The loss of every micro-batch is summed over its loss tokens and divided by the loss
+tokens of the whole GLOBAL batch of the step (counted across ranks first). With the
+world-size factor that DDP's / FSDP's gradient averaging removes again, the gradient is
+the token-weighted mean over the global batch whatever the world size and micro-batch
+split: this is what makes 1, 2 and 8 ranks train the same curve.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from clusterbench.dist import Worker, synchronize
+from clusterbench.errors import UsageError
+from clusterbench.train.data import IGNORE, SFTTask
+
+# Test-only fault injection: the loss of this (1-based) step becomes NaN on rank 0.
+NAN_STEP_ENV = "CLUSTERBENCH_TEST_NAN_STEP"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+GRAD_CLIP = 1.0
+ADAM_BETAS = (0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Everything that defines how the task is optimised and timed."""
+
+    steps: int
+    warmup_steps: int  # untimed steps before the window
+    global_batch: int
+    micro_batch: int
+    lr: float
+    lr_warmup_steps: int  # linear ramp to lr, then constant
+    dtype: str
+    parallel: str  # "ddp" or "fsdp"
+    activation_checkpointing: bool
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    loss: float  # token-weighted mean over the global batch
+    tokens: int  # padded tokens of the global batch
+    real_tokens: int
+    loss_tokens: int
+    seconds: float
+    in_window: bool
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    steps: list[StepResult]
+    window_s: float
+    status: str  # "complete" or "nan"
+
+
+def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig) -> torch.nn.Module:
+    """Move to the device and apply the data-parallel wrapper."""
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    if cfg.parallel == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.dtype], reduce_dtype=torch.float32)
+        model.to(worker.device)
+        for layer in getattr(model.get_decoder(), "layers", []):
+            fully_shard(layer, mp_policy=mp)
+        return fully_shard(model, mp_policy=mp)
+    from torch.nn.parallel import DistributedDataParallel
+
+    model.to(worker.device)
+    ids = [worker.device] if worker.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+@contextmanager
+def grad_sync(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Reduce gradients only on the last micro-batch of a step."""
+    if hasattr(model, "no_sync"):
+        with nullcontext() if enabled else model.no_sync():
+            yield
+    else:  # FSDP2
+        model.set_requires_gradient_sync(enabled)
+        yield
+
+
+def sum_loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
+             mask: torch.Tensor | None) -> torch.Tensor:
+    """Cross entropy summed (not averaged) over the loss tokens of these rows."""
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
+                           ignore_index=IGNORE, reduction="sum")
+
+
+def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask,
+          on_step: Callable[[StepResult], None]) -> LoopResult:
+    """Run cfg.steps optimizer steps; stop early, status "nan", on a non-finite loss."""
+    dev, world = worker.device, worker.world_size
+    accum = cfg.global_batch // (world * cfg.micro_batch)
+    model = wrap(model, worker, cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0)
+    ramp = max(1, cfg.lr_warmup_steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / ramp))
+    # FSDP's policy casts parameters itself; DDP computes in bf16 under autocast.
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
+                              enabled=cfg.dtype == "bfloat16" and cfg.parallel == "ddp")
+    nan_step = int(os.environ.get(NAN_STEP_ENV, "0"))
+    results: list[StepResult] = []
+    window_start = time.perf_counter()
+    status = "complete"
+    for step in range(1, cfg.steps + 1):
+        start = time.perf_counter()
+        batch = task.batch(step - 1, cfg.global_batch, worker.rank, world)
+        ids, labels = batch.input_ids.to(dev), batch.labels.to(dev)
+        # Packed rows need no mask, and without one SDPA takes its fast causal path.
+        mask = None if batch.real_tokens == ids.numel() else batch.attention_mask.to(dev)
+        counts = torch.tensor([batch.real_tokens, batch.loss_tokens], dtype=torch.float64, device=dev)
+        dist.all_reduce(counts)
+        real_tokens, loss_tokens = (int(c) for c in counts.tolist())
+        scale = world / loss_tokens  # gradient averaging divides by world again
+
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        for i in range(accum):
+            rows = slice(i * cfg.micro_batch, (i + 1) * cfg.micro_batch)
+            with grad_sync(model, i == accum - 1):
+                with autocast:
+                    loss = sum_loss(model, ids[rows], labels[rows], None if mask is None else mask[rows])
+                if step == nan_step and worker.rank == 0:
+                    loss = loss * float("nan")
+                (loss * scale).backward()
+            loss_sum += loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum)
+        mean_loss = loss_sum.item() / loss_tokens
+        synchronize(dev)
+        now = time.perf_counter()
+
+        result = StepResult(step, mean_loss, cfg.global_batch * task.seq_len, real_tokens, loss_tokens,
+                            now - start, step > cfg.warmup_steps)
+        results.append(result)
+        on_step(result)
+        if step == cfg.warmup_steps:
+            window_start = time.perf_counter()
+        if not math.isfinite(mean_loss):
+            status = "nan"
+            break
+    synchronize(dev)
+    window_s = time.perf_counter() - window_start if any(r.in_window for r in results) else 0.0
+    return LoopResult(results, window_s, status)
+
+
+def out_of_memory(exc: BaseException, cfg: LoopConfig, seq_len: int) -> UsageError | None:
+    """A UsageError naming the settings to lower when `exc` is an out-of-memory error."""
+    text = str(exc).lower()
+    if not (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text
+            or "can't allocate memory" in text):
+        return None
+    hint = "" if cfg.activation_checkpointing else ", or add --activation-checkpointing"
+    return UsageError(f"out of memory with --micro-batch {cfg.micro_batch} and --seq-len {seq_len}: "
+                      f"lower --micro-batch or --seq-len{hint}")

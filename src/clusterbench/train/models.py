@@ -1,0 +1,140 @@
+"""Which model trains: presets as data, a user config.json, or a local checkpoint.
+
+The parent process resolves the choice to a plain config dict (`ModelSpec`), so errors
+surface before any rank starts and the spec pickles cheaply to every rank. Each rank then
+builds the model on the CPU right after torch.manual_seed(seed): CPU initialisation does
+not depend on the thread count or the world size, so every rank of every world size starts
+from bitwise the same weights, and the model is moved to its device afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clusterbench.errors import UsageError
+
+# Llama-architecture shapes as LlamaConfig keyword arguments.
+PRESETS: dict[str, dict[str, Any]] = {
+    # ~2.1M parameters over the shipped 4096-token vocabulary: trains on two CPU cores in seconds.
+    "tiny": dict(vocab_size=4096, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                 rope_theta=10000.0, tie_word_embeddings=False),
+    # GPT-3 Small width and depth with a Llama-2-sized vocabulary: ~134M parameters.
+    "125m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                 num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=2048,
+                 rope_theta=10000.0, tie_word_embeddings=False),
+    # Llama-3.2-1B shape.
+    "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                     rope_theta=500000.0, tie_word_embeddings=True),
+    # Llama-3-8B shape.
+    "llama-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                     rope_theta=500000.0, tie_word_embeddings=False),
+}
+
+# Config keys that do not change the computation; left out of the hash that identifies a model.
+_VOLATILE_KEYS = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype",
+                  "use_cache", "output_attentions", "output_hidden_states", "return_dict",
+                  "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "_attn_implementation"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A resolved model choice: `name` for humans, `config` for transformers."""
+
+    name: str  # preset name, "config:<file>" or "path:<dir>"
+    config: dict[str, Any]
+    path: str | None = None  # a local checkpoint to load weights from
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.config.get("max_position_embeddings")
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A short digest of what determines the computation, stable across transformers versions."""
+    kept = {k: v for k, v in config.items() if k not in _VOLATILE_KEYS}
+    text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def resolve(preset: str | None, model_config: str | None, model_path: str | None) -> ModelSpec:
+    """Turn --preset / --model-config / --model-path into a ModelSpec (at most one of them)."""
+    chosen = [o for o, v in (("--preset", preset), ("--model-config", model_config),
+                             ("--model-path", model_path)) if v]
+    if len(chosen) > 1:
+        raise UsageError(f"give one of {', '.join(chosen)}, not several")
+    if model_config:
+        return ModelSpec(f"config:{Path(model_config).name}", _read_config_json(Path(model_config)))
+    if model_path:
+        p = Path(model_path)
+        if not (p / "config.json").is_file():
+            raise UsageError(f"--model-path {model_path}: no config.json there (expected a local "
+                             f"transformers checkpoint directory)")
+        return ModelSpec(f"path:{p.name}", _read_config_json(p / "config.json"), path=str(p))
+    name = preset or "tiny"
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
+    from transformers import LlamaConfig
+
+    return ModelSpec(name, LlamaConfig(**PRESETS[name]).to_dict())
+
+
+def _read_config_json(path: Path) -> dict[str, Any]:
+    from transformers import AutoConfig
+
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"model config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"model config {path}: cannot read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"model config {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(raw, dict) or "model_type" not in raw:
+        raise UsageError(f'model config {path}: no "model_type" key (expected a transformers config.json)')
+    model_type = raw.pop("model_type")
+    try:
+        return AutoConfig.for_model(model_type, **raw).to_dict()
+    except (ValueError, TypeError, KeyError) as e:
+        first = (str(e).strip().splitlines() or ["invalid"])[0]
+        raise UsageError(f"model config {path}: {first}") from None
+
+
+def build(spec: ModelSpec, seed: int) -> torch.nn.Module:
+    """The model on the CPU in float32: seeded fresh weights, or the checkpoint's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = dict(spec.config)
+    config = AutoConfig.for_model(config.pop("model_type"), **config)
+    torch.manual_seed(seed)
+    try:
+        if spec.path is not None:
+            model = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True,
+                                                         dtype=torch.float32)
+        else:
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        first = (str(e).strip().splitlines() or ["cannot build"])[0]
+        raise UsageError(f"model {spec.name}: {first}") from None
+    model.config.use_cache = False  # no KV cache during training
+    return model
+
+
+
+def count_params(model: torch.nn.Module) -> int:
+    """Parameters of the unwrapped model; tied weights count once."""
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,66 @@
+"""`clusterbench peak`: matmul TFLOP/s per dtype and copy GB/s on the local devices.
+
+The figures are the measured peaks MFU falls back on when a device is not in the table
+(REFERENCE.md §3); the table's value is printed beside them when there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from clusterbench.dist import device_name
+from clusterbench.errors import UsageError
+from clusterbench.hw import limits, peaks
+from clusterbench.results import RunFolder, default_run_dir
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated (default float32,bfloat16)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: every GPU, else the CPU)")
+    p.add_argument("--seconds", type=float, default=1.0, help="timed seconds per figure (default 1)")
+    p.add_argument("--size", type=int, default=None, help="matmul n (default 8192 GPU, 2048/1024 CPU)")
+    p.add_argument("--out", default=None, help="run folder (default runs/<UTC time>-peak)")
+
+
+def _devices(choice: str | None) -> list[str]:
+    if choice:
+        return [choice]
+    if torch.cuda.is_available():
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return ["cpu"]
+
+
+def main(args: argparse.Namespace) -> int:
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    unknown = [d for d in dtypes if d not in DTYPES] or ([] if dtypes else [args.dtypes])
+    if unknown:
+        raise UsageError(f"--dtypes: unknown {', '.join(unknown)!r}: choose from {', '.join(DTYPES)}")
+    if args.seconds <= 0:
+        raise UsageError(f"--seconds must be positive, got {args.seconds:g}")
+    folder = RunFolder(Path(args.out) if args.out else default_run_dir("peak"), "peak", list(sys.argv))
+    results = []
+    print(f"# clusterbench peak: torch.mm n x n, {args.seconds:g} s per figure")
+    print(f"  {'device':<10} {'name':<28} {'dtype':<9} {'n':>6} {'TFLOP/s':>10} {'table':>8}")
+    for dev in _devices(args.device):
+        name = device_name(torch.device(dev))
+        entry = {"device": dev, "name": name, "matmul": [], "copy": None}
+        for dtype in dtypes:
+            m = peaks.measure_matmul_tflops(dev, dtype, n=args.size, seconds=args.seconds)
+            m["table_tflops"] = limits.peak_tflops(name, dtype)
+            entry["matmul"].append(m)
+            table = "-" if m["table_tflops"] is None else f"{m['table_tflops']:g}"
+            print(f"  {dev:<10} {name[:28]:<28} {m['dtype']:<9} {m['n']:>6} {m['tflops']:>10.4g} {table:>8}",
+                  flush=True)
+        entry["copy"] = peaks.measure_copy_gbps(dev, seconds=min(args.seconds, 0.5))
+        print(f"  {dev:<10} copy {entry['copy']['nbytes'] >> 20} MiB: {entry['copy']['gbps']:.1f} GB/s", flush=True)
+        results.append(entry)
+        folder.set("peaks", {"devices": results})
+    folder.finish("complete")
+    print(f"# results: {folder.path}/run.json")
+    return 0

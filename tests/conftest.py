@@ -1,0 +1,38 @@
+"""Shared helpers: run the real CLI in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "clusterbench", *args],
+        capture_output=True, text=True, env=full_env, timeout=timeout, check=False,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, *needles: str) -> str:
+    err = proc.stderr.strip()
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def read_run(path: Path) -> dict:
+    return json.loads((Path(path) / "run.json").read_text())
+
+
+@pytest.fixture
+def cli():
+    return run_cli

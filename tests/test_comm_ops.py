@@ -1,0 +1,84 @@
+"""Every op in the table does what the collective means, on real gloo ranks (n = 2, 3, 4).
+
+The expectations here are computed independently, from the inputs each rank actually held,
+so they check both the op entries and the harness's own `expected` values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from clusterbench import launch
+from clusterbench.comm.bench import CommOptions, _ctx
+from clusterbench.comm.ops import OPS
+from clusterbench.dist import resolve
+
+REDUCE = {"sum": lambda xs: sum(xs[1:], xs[0].clone()), "max": lambda xs: torch.stack(xs).amax(0),
+          "min": lambda xs: torch.stack(xs).amin(0), "prod": lambda xs: torch.stack(xs).prod(0)}
+CASES = [(op, red, in_place) for op in OPS for red in (REDUCE if OPS[op].reduces else ["sum"])
+         for in_place in (False, True)]
+
+
+def record_ops(worker, out_dir: Path, progress) -> None:
+    """Run every case once on check values; save what this rank held before and after."""
+    saved = {}
+    for name, red, in_place in CASES:
+        op = OPS[name]
+        opts = CommOptions(ops=(name,), sizes=(), dtype="float32", reduce_op=red, in_place=in_place, root=1)
+        ctx = _ctx(op, worker, opts, count=op.granularity(worker.world_size) * 5, zeros=False)
+        bufs = op.buffers(ctx)
+        before = {k: v.clone() for k, v in bufs.items()}
+        op.run(ctx, bufs)
+        saved[(name, red, in_place)] = {
+            "in": before.get("in", before.get("out")), "out": bufs.get("out"),
+            "harness_expected": op.expected(ctx), "chunk": ctx.chunk,
+        }
+    torch.save(saved, out_dir / f"rank{worker.rank}.pt")
+
+
+def meaning(name: str, red: str, rank: int, n: int, ins: list, chunk: int, root: int):
+    """What rank `rank` must hold after the collective, from the definition of the collective."""
+    part = slice(rank * chunk, (rank + 1) * chunk)
+    if name == "all_reduce":
+        return REDUCE[red](ins)
+    if name == "reduce":
+        return REDUCE[red](ins) if rank == root else None
+    if name == "all_gather":
+        return torch.cat(ins)
+    if name == "reduce_scatter":
+        return REDUCE[red](ins)[part]
+    if name == "all_to_all":
+        return torch.cat([ins[j][part] for j in range(n)])
+    if name == "broadcast":
+        return ins[root]
+    if name == "gather":
+        return torch.cat([ins[r] for r in range(n)]) if rank == root else None
+    if name == "scatter":
+        return ins[root][part]
+    peer = rank ^ 1
+    if peer >= n:
+        return None
+    if name == "pt2pt":
+        return ins[peer] if rank % 2 == 1 else None
+    return ins[peer]  # pt2pt_bidir
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_every_op_means_what_it_says(n: int, tmp_path: Path) -> None:
+    job = launch.Job(record_ops, tmp_path, resolve("gloo", "cpu", 60), tmp_path)
+    assert launch.run(job, n) == 0
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
+    for case in CASES:
+        name, red, _ = case
+        ins = [ranks[r][case]["in"] for r in range(n)]
+        for r in range(n):
+            got = ranks[r][case]
+            want = meaning(name, red, r, n, ins, got["chunk"], root=1)
+            if want is None:
+                assert got["harness_expected"] is None, case
+                continue
+            assert torch.equal(got["out"], want), (case, r, got["out"], want)
+            assert torch.equal(got["harness_expected"], want), (case, r)

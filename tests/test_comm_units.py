@@ -1,0 +1,74 @@
+"""The pure parts of the comm benchmark: sizes, statistics, the printed table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from clusterbench.comm import table
+from clusterbench.comm.sizes import count_for, parse_size, sweep
+from clusterbench.comm.timing import converged, summarize
+from clusterbench.errors import UsageError
+from clusterbench.results import CommRow
+
+
+@pytest.mark.parametrize("text, want", [("8", 8), ("256K", 256 * 1024), ("64M", 64 * 2**20), ("1G", 2**30),
+                                        ("1.5K", 1536), ("4 MiB", 4 * 2**20), ("2kb", 2048)])
+def test_parse_size(text: str, want: int) -> None:
+    assert parse_size(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "-1", "0", "12Q", "K", "1e3"])
+def test_parse_size_refuses(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_size(text)
+
+
+def test_sweep_is_geometric_and_keeps_the_maximum() -> None:
+    assert sweep(8, 64, 2) == [8, 16, 32, 64]
+    assert sweep(8, 100, 2) == [8, 16, 32, 64, 100]
+    assert sweep(1000, 1000, 2) == [1000]
+    assert sweep(10, 30, 1.5) == [10, 15, 22, 30]
+
+
+def test_count_rounds_to_whole_elements_and_chunks() -> None:
+    assert count_for(1000, 4, 1) == 250
+    assert count_for(1000, 4, 3) == 249
+    assert count_for(8, 4, 4) == 4  # never below one element per rank
+    assert count_for(3, 8, 1) == 1
+
+
+def test_summary_statistics() -> None:
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s.iters == 5 and s.mean_s == 22.0 and s.p50_s == 3.0 and s.min_s == 1.0 and s.max_s == 100.0
+    assert s.p99_s == pytest.approx(4 + 0.96 * 96)
+    assert s.cv == pytest.approx(math.sqrt(sum((x - 22) ** 2 for x in [1, 2, 3, 4, 100]) / 4) / 22)
+
+
+def test_convergence_needs_a_tight_confidence_interval() -> None:
+    assert converged([1.0] * 5)
+    assert not converged([1.0, 2.0] * 5)
+    assert converged([1.0, 1.02] * 500)
+
+
+def _row(**kw) -> CommRow:
+    base = dict(op="all_reduce", size_bytes=1024, count=256, dtype="float32", world_size=2, in_place=True,
+                duration_us=10.0, throughput_gbps=0.8192, busbw_gbps=0.8192, wrong=0, iters=10, p50_us=10.0,
+                p99_us=11.0, min_us=9.0, max_us=12.0, cv=0.1, reduce_op="sum")
+    return CommRow(**{**base, **kw})
+
+
+def test_table_line_and_units() -> None:
+    assert "Throughput (GB/s)" in table.header("all_reduce", "GBps")
+    line = table.line(_row(), "Gbps", checked=True)
+    assert line.split()[:5] == ["1024", "256", "x", "float32", "sum"] and "10.00 us" in line
+    assert "0.102" in table.line(_row(), "GBps", checked=True)  # Gbps / 8
+    assert table.line(_row(world_size=1), "Gbps", checked=True).split()[-2] == "-"  # no busbw for n = 1
+    assert table.line(_row(), "Gbps", checked=False).split()[-1] == "-"
+
+
+def test_summary_is_the_mean_busbw_over_sizes() -> None:
+    rows = [_row(busbw_gbps=1.0), _row(busbw_gbps=3.0, wrong=2)]
+    text = table.summary("all_reduce", rows, "Gbps", checked=True)
+    assert "Avg bus bandwidth 2.000 Gbps over 2 sizes" in text and "2 wrong elements: FAILED" in text
