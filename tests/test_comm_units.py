@@ -53,9 +53,10 @@ def test_convergence_needs_a_tight_confidence_interval() -> None:
 
 
 def _row(**kw) -> CommRow:
-    base = dict(op="all_reduce", size_bytes=1024, count=256, dtype="float32", world_size=2, in_place=True,
-                duration_us=10.0, throughput_gbps=0.8192, busbw_gbps=0.8192, wrong=0, iters=10, p50_us=10.0,
-                p99_us=11.0, min_us=9.0, max_us=12.0, cv=0.1, reduce_op="sum")
+    base = {"op": "all_reduce", "size_bytes": 1024, "count": 256, "dtype": "float32", "world_size": 2,
+            "in_place": True, "duration_us": 10.0, "throughput_gbps": 0.8192, "busbw_gbps": 0.8192, "wrong": 0,
+            "iters": 10, "p50_us": 10.0, "p99_us": 11.0, "min_us": 9.0, "max_us": 12.0, "cv": 0.1,
+            "reduce_op": "sum"}
     return CommRow(**{**base, **kw})
 
 

@@ -7,10 +7,14 @@ import sys
 
 from clusterbench import __version__
 from clusterbench.comm import command as comm_command
+from clusterbench.compare import command as compare_command
 from clusterbench.errors import RunFailed, UsageError
+from clusterbench.hw import command as info_command
+from clusterbench.hw import peak_command
 from clusterbench.launch import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, RunFailedInterrupted
+from clusterbench.report import command as report_command
+from clusterbench.suite import command as run_command
 from clusterbench.train import command as train_command
-from clusterbench.train import peak_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clusterbench", description="Is this hardware fit to train, and how fast is it?")
     parser.add_argument("--version", action="version", version=f"clusterbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="the whole verdict: hardware, peaks, comm, SFT + alignment, report")
+    run_command.add_arguments(run)
+    comm_command.add_launch_arguments(run)
+    run.set_defaults(func=run_command.main)
     comm = sub.add_parser("comm", help="collective-communication benchmark over torch.distributed")
     comm_command.add_arguments(comm)
     comm_command.add_launch_arguments(comm)
@@ -39,6 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     peak = sub.add_parser("peak", help="measured matmul TFLOP/s per dtype and copy GB/s of the local devices")
     peak_command.add_arguments(peak)
     peak.set_defaults(func=peak_command.main)
+    info = sub.add_parser("info", help="the hardware picture: CPU, memory, GPUs, links, topology, NICs")
+    info_command.add_arguments(info)
+    info.set_defaults(func=info_command.main)
+    report = sub.add_parser("report", help="(re)render report.html from a run folder's run.json")
+    report_command.add_arguments(report)
+    report.set_defaults(func=report_command.main)
+    compare = sub.add_parser("compare", help="judge run B against run A, a baseline or rules (exit 1 on fail)")
+    compare_command.add_compare_arguments(compare)
+    compare.set_defaults(func=compare_command.compare_main)
+    baseline = sub.add_parser("baseline", help="summarise several runs into a baseline JSON")
+    compare_command.add_baseline_arguments(baseline)
+    baseline.set_defaults(func=compare_command.baseline_main)
     return parser
 
 

@@ -123,7 +123,9 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     if device.type == "cpu":
-        return platform.processor() or platform.machine()
+        from clusterbench.hw.host import cpu
+
+        return cpu()["model"] or "cpu"
     return str(device)
 
 

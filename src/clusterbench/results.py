@@ -100,6 +100,8 @@ class RunFolder:
             "env": {"hostname": socket.gethostname()},
         }
         self._csv_columns: dict[str, list[str]] = {}
+        self._unsaved: set[str] = set()
+        self._saved_at = 0.0
         self.save()
 
     @property
@@ -108,6 +110,7 @@ class RunFolder:
 
     def save(self) -> None:
         atomic_write(self.json_path, json.dumps(self.doc, indent=1, default=str) + "\n")
+        self._saved_at = time.monotonic()
 
     def update_env(self, env: dict[str, Any]) -> None:
         self.doc["env"].update(env)
@@ -117,14 +120,26 @@ class RunFolder:
         self.doc[key] = value
         self.save()
 
-    def append(self, section: str, row: Any, columns: list[str] | None = None) -> None:
-        """Add a row to a section of run.json and to <section>.csv."""
+    def append(self, section: str, row: Any, columns: list[str] | None = None,
+               min_interval_s: float = 0.0) -> None:
+        """Add a row to a section of run.json and to <section>.csv.
+
+        A hot loop passes min_interval_s so that writing never costs it more than one save per
+        interval; whoever does must call flush() when it ends, however it ends.
+        """
         record = asdict(row) if hasattr(row, "__dataclass_fields__") else dict(row)
         self.doc.setdefault(section, []).append(record)
         if columns is not None:
             self._csv_columns[section] = columns
+        self._unsaved.add(section)
+        if time.monotonic() - self._saved_at >= min_interval_s:
+            self.flush()
+
+    def flush(self) -> None:
         self.save()
-        self._write_csv(section)
+        for section in sorted(self._unsaved):
+            self._write_csv(section)
+        self._unsaved.clear()
 
     def _write_csv(self, section: str) -> None:
         rows = self.doc[section]
@@ -139,20 +154,25 @@ class RunFolder:
         self.doc["status"] = status
         self.doc["error"] = error
         self.doc["finished_utc"] = utc_stamp()
-        self.save()
+        self.flush()
+
+
+def update_run(run_dir: Path, **fields: Any) -> None:
+    """Set top-level fields of a run folder's run.json from outside the ranks that wrote it."""
+    path = Path(run_dir) / "run.json"
+    doc = json.loads(path.read_text())
+    doc.update(fields)
+    atomic_write(path, json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def mark_finished(run_dir: Path, status: str, error: str | None) -> None:
     """Record the end of a run whose rank 0 could not (it died, or was killed)."""
-    path = Path(run_dir) / "run.json"
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads((Path(run_dir) / "run.json").read_text())
     except (OSError, ValueError):
         return
-    if doc.get("status") != "running":
-        return
-    doc.update(status=status, error=error, finished_utc=utc_stamp())
-    atomic_write(path, json.dumps(doc, indent=1, default=str) + "\n")
+    if doc.get("status") == "running":
+        update_run(run_dir, status=status, error=error, finished_utc=utc_stamp())
 
 
 def load_run(path: str | Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from clusterbench.comm.timing import RANK_TIME
 from clusterbench.comm.values import dtype_named
 from clusterbench.dist import DistConfig, Worker, resolve
 from clusterbench.errors import UsageError
+from clusterbench.hw.command import record_hardware
 from clusterbench.launch import Progress
 from clusterbench.results import RunFolder, default_run_dir, prepare_run_dir
 
@@ -129,6 +130,8 @@ class CommJob:
 
 def comm_job(worker: Worker, job: CommJob, progress: Progress) -> None:
     folder = RunFolder(job.run_dir, "comm", list(job.argv)) if worker.is_main else None
+    if folder is not None:
+        record_hardware(folder)
     run_comm(worker, job.options, progress, folder)
     if folder is not None:
         folder.finish("complete")

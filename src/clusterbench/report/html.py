@@ -16,6 +16,7 @@ from clusterbench.report.blocks import STATUSES, badge, esc, section
 from clusterbench.report.hardware import hardware_section, peaks_section
 from clusterbench.report.style import CSS
 from clusterbench.results import atomic_write, load_run
+from clusterbench.suite.verdicts import judge
 
 REPORT_NAME = "report.html"
 
@@ -40,23 +41,8 @@ def expected_plots(doc: dict[str, Any]) -> int:
 
 
 def verdicts(doc: dict[str, Any]) -> list[dict[str, str]]:
-    """run.json's own verdicts (`clusterbench run` writes them), else what the data says by itself."""
-    if doc.get("verdicts"):
-        return doc["verdicts"]
-    found = []
-    status = doc.get("status")
-    ok = status == "complete"
-    found.append({"check": "run", "status": "PASS" if ok else "FAIL",
-                  "detail": f"{doc.get('command')} {status}" + (f": {doc['error']}" if doc.get("error") else "")})
-    if doc.get("comm"):
-        wrong = sum(r.get("wrong", 0) for r in doc["comm"])
-        found.append({"check": "comm correctness", "status": "FAIL" if wrong else "PASS",
-                      "detail": f"{wrong} wrong elements" if wrong else "every checked element as expected"})
-    align = (doc.get("train") or {}).get("alignment")
-    if align:
-        found.append({"check": "loss alignment", "status": align.get("verdict", "FAIL"),
-                      "detail": "; ".join(align.get("reasons") or []) or f"within limits of {align.get('reference')}"})
-    return found
+    """run.json's own verdicts (`clusterbench run` writes them), else the same checks judged now."""
+    return doc.get("verdicts") or judge(doc)
 
 
 def page(doc: dict[str, Any]) -> str:

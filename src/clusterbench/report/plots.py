@@ -8,8 +8,9 @@ without a display through its Agg backend, and adds no bundled JS for anyone to 
 or update. The cost is no hover tooltips, so the tables beside each plot carry the
 exact numbers.
 
-Several SVGs share one HTML document and so one id namespace: each figure is saved with
-its own hash salt, which makes matplotlib's clip-path and marker ids unique per plot.
+Several SVGs share one HTML document and so one id namespace, while matplotlib numbers
+its ids per figure (figure_1, clip paths, glyphs): every id in a plot, and every
+reference to one, gets the plot's name as a prefix.
 """
 
 from __future__ import annotations
@@ -44,17 +45,18 @@ _STYLE = {
     "legend.frameon": False,
     "svg.fonttype": "none",  # keep text as text: smaller files, page fonts, selectable
 }
-_salt = itertools.count()
+_ID_USES = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
 
 
 def _svg(fig: Figure, name: str) -> str:
     """The figure as an <svg> element (no XML prologue), with ids unique to this plot."""
     buf = io.StringIO()
-    with plt.rc_context({"svg.hashsalt": f"{name}-{next(_salt)}"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     svg = text[text.index("<svg"):]
+    ids = set(re.findall(r'\bid="([^"]+)"', svg))
+    svg = _ID_USES.sub(lambda m: f"{m[1]}{name}-{m[2]}" if m[2] in ids else m[0], svg)
     # A fixed pixel size would overflow narrow screens; the viewBox keeps the aspect ratio.
     svg = re.sub(r'<svg([^>]*?) width="[^"]+" height="[^"]+"', r"<svg\1", svg, count=1)
     return svg.replace("<svg", f'<svg class="plot" data-plot="{name}" role="img"', 1)

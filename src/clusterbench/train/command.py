@@ -18,9 +18,10 @@ import torch
 import torch.distributed as dist
 
 from clusterbench import launch
-from clusterbench.comm.command import add_launch_arguments, world_size
+from clusterbench.comm.command import world_size
 from clusterbench.dist import DistConfig, Worker, device_name, environment, resolve
 from clusterbench.errors import RunFailed, UsageError
+from clusterbench.hw.command import record_hardware
 from clusterbench.launch import Progress
 from clusterbench.results import RunFolder, default_run_dir, load_run, prepare_run_dir
 from clusterbench.train import alignment, display, flops, models, reference
@@ -29,8 +30,8 @@ from clusterbench.train.loop import DTYPES, LoopConfig, StepResult, out_of_memor
 
 STEP_COLUMNS = ["step", "loss", "tokens", "real_tokens", "loss_tokens", "seconds", "tgs", "in_window"]
 # The task of a CPU run: small enough to train 100 steps on two cores in seconds.
-CPU_DEFAULTS = dict(preset="tiny", seq_len=64, global_batch=16, micro_batch=4, dtype="float32")
-GPU_DEFAULTS = dict(preset="llama-1b", seq_len=2048, global_batch=32, micro_batch=4, dtype="bfloat16")
+CPU_DEFAULTS = {"preset": "tiny", "seq_len": 64, "global_batch": 16, "micro_batch": 4, "dtype": "float32"}
+GPU_DEFAULTS = {"preset": "llama-1b", "seq_len": 2048, "global_batch": 32, "micro_batch": 4, "dtype": "bfloat16"}
 GPU_SMALL_PRESET, GPU_SMALL_BYTES = "125m", 40 * 1024**3  # below this, llama-1b + Adam does not fit
 
 
@@ -85,16 +86,17 @@ class TrainJob:
     seed: int
     repeats: int
     peak_tflops: float | None
-    reference: dict[str, Any] | None
+    config: dict[str, Any]  # train.config of run.json, completed by rank 0 once the model exists
+    reference: dict[str, Any] | None  # the curve to judge by; None: not judged
     reference_label: str | None
-    reference_explicit: bool
+    reference_note: str | None  # why a shipped reference was not used
     limits: tuple[float | None, float | None]  # user variance, mre limits
     save_reference: str | None
     run_dir: Path
     argv: tuple[str, ...]
 
 
-def _positive(value: float | int | None, option: str, minimum: float = 1) -> None:
+def _positive(value: float | None, option: str, minimum: float = 1) -> None:
     if value is not None and value < minimum:
         raise UsageError(f"{option} must be at least {minimum:g}, got {value:g}")
 
@@ -130,14 +132,21 @@ def build_job(args: argparse.Namespace, cfg: DistConfig, n: int) -> TrainJob:
     loop = LoopConfig(steps=args.steps, warmup_steps=args.warmup_steps, global_batch=global_batch, micro_batch=micro,
                       lr=lr, lr_warmup_steps=args.lr_warmup_steps, dtype=args.dtype or defaults["dtype"],
                       parallel=args.parallel, activation_checkpointing=args.activation_checkpointing)
-    ref, label, explicit = None, None, args.reference is not None
-    name = args.reference or reference.shipped_name(spec.name, cfg.device_type, loop.dtype)
-    if explicit or name in reference.shipped_names():
-        ref, label = reference.load(name)
     _positive(args.peak_tflops, "--peak-tflops", 1e-9)
+    # Loaded here too (the ranks load their own) so bad data fails before any rank starts.
+    task = load_task(args.data, args.tokenizer, seq_len, args.packing, args.seed)
+    if task.vocab_size > spec.config.get("vocab_size", task.vocab_size):
+        raise UsageError(f"the tokenizer has {task.vocab_size} tokens, model {spec.name} only "
+                         f"{spec.config['vocab_size']}")
+    config = run_config(spec, loop, task.name, n, seq_len, args.packing, args.seed, args.repeats)
+    ref, label, note = None, None, None
+    name = args.reference or reference.shipped_name(spec.name, cfg.device_type, loop.dtype)
+    if args.reference is not None or name in reference.shipped_names():
+        ref, label = reference.load(name)
+        ref, note = judge_against(ref, label, args.reference is not None, config)
     run_dir = Path(args.out) if args.out else default_run_dir("train")
     return TrainJob(spec, loop, args.data, args.tokenizer, seq_len, args.packing, args.seed, args.repeats,
-                    args.peak_tflops, ref, label, explicit, (args.variance_limit, args.mre_limit),
+                    args.peak_tflops, config, ref, label, note, (args.variance_limit, args.mre_limit),
                     args.save_reference, run_dir, tuple(sys.argv))
 
 
@@ -182,92 +191,103 @@ def peak_memory(worker: Worker) -> tuple[int, str]:
     return int(most), kind
 
 
-def run_config(job: TrainJob, task_name: str, worker: Worker, params: int) -> dict[str, Any]:
-    lp = job.loop
+def run_config(spec: models.ModelSpec, lp: LoopConfig, task_name: str, world: int, seq_len: int,
+               packing: bool, seed: int, repeats: int) -> dict[str, Any]:
     return {
-        "preset": job.model.name, "model_params": params, "model_config": job.model.config,
-        "parallel": lp.parallel, "dtype": lp.dtype, "world_size": worker.world_size,
+        "preset": spec.name, "model_params": None, "model_config": spec.config, "model_hash": spec.config_hash,
+        "parallel": lp.parallel, "dtype": lp.dtype, "world_size": world,
         "global_batch": lp.global_batch, "micro_batch": lp.micro_batch,
-        "grad_accum": lp.global_batch // (lp.micro_batch * worker.world_size),
-        "seq_len": job.seq_len, "packing": job.packing, "steps": lp.steps, "warmup_steps": lp.warmup_steps,
-        "lr": lp.lr, "lr_warmup_steps": lp.lr_warmup_steps, "seed": job.seed, "task": task_name,
-        "activation_checkpointing": lp.activation_checkpointing, "repeats": job.repeats,
+        "grad_accum": lp.global_batch // (lp.micro_batch * world),
+        "seq_len": seq_len, "packing": packing, "steps": lp.steps, "warmup_steps": lp.warmup_steps,
+        "lr": lp.lr, "lr_warmup_steps": lp.lr_warmup_steps, "seed": seed, "task": task_name,
+        "activation_checkpointing": lp.activation_checkpointing, "repeats": repeats,
     }
 
 
-def judge_against(job: TrainJob, config: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The reference to judge by, or (None, why not) for a shipped one this task does not match."""
-    if job.reference is None:
-        return None, None
-    why = reference.mismatch(job.reference, config)
-    if job.reference_explicit:
+def judge_against(ref: dict[str, Any], label: str, explicit: bool,
+                  config: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The reference to judge by; for a shipped one this task does not match, (None, why not)."""
+    why = reference.mismatch(ref, config)
+    if explicit:
         if why:
-            raise UsageError(f"--reference {job.reference_label}: {why}")
-        return job.reference, None
+            raise UsageError(f"--reference {label}: {why}")
+        return ref, None
     for key in ("seed", "lr", "lr_warmup_steps", "dtype"):
-        if why is None and job.reference.get(key) != config[key]:
-            why = f"it was made with {key} {job.reference.get(key)}, this run has {config[key]}"
-    return (None, f"not judged against the shipped {job.reference_label}: {why}") if why else (job.reference, None)
+        if why is None and ref.get(key) != config[key]:
+            why = f"it was made with {key} {ref.get(key)}, this run has {config[key]}"
+    return (None, f"not judged against the shipped {label}: {why}") if why else (ref, None)
 
 
 def train_job(worker: Worker, job: TrainJob, progress: Progress) -> None:
-    """Every rank: load, train (K times with --repeats), then rank 0 records and judges."""
+    """`clusterbench train` on every rank: its own run folder, then the benchmark."""
     folder = RunFolder(job.run_dir, "train", list(job.argv)) if worker.is_main else None
+    if folder is not None:
+        record_hardware(folder)
+    failures = run_train(worker, job, progress, folder)
+    if folder is not None:
+        print(f"# results: {folder.path}/run.json, {folder.path}/train_steps.csv", flush=True)
+        folder.finish("failed" if failures else "complete", failures[0] if failures else None)
+        if failures:
+            raise RunFailed(failures[0])
+
+
+def run_train(worker: Worker, job: TrainJob, progress: Progress, folder: RunFolder | None) -> list[str]:
+    """Every rank: load, train (K times with --repeats); rank 0 records, judges and returns the failures."""
     if worker.device.type == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
     progress.at("loading data")
     task = load_task(job.data, job.tokenizer, job.seq_len, job.packing, job.seed)
-    if task.vocab_size > job.model.config["vocab_size"]:
-        raise UsageError(f"the tokenizer has {task.vocab_size} tokens, model {job.model.name} only "
-                         f"{job.model.config['vocab_size']}")
-    config = run_config(job, task.name, worker, params=0)
-    ref, note = judge_against(job, config)
+    config = dict(job.config)
     env = environment(worker)
     progress.at("measuring the peak")
     peak = choose_peak(worker, job)
     curves: list[list[float]] = []
     result = None
-    for k in range(job.repeats):
-        progress.at(f"building the model (run {k + 1})")
-        model = models.build(job.model, job.seed)
-        config["model_params"] = models.count_params(model)
-        record = _Recorder(folder, worker.world_size, job.loop.steps, config, env) if k == 0 else None
-        try:
-            outcome = train(worker, job.loop, model, task, record.step if record else (lambda r: None))
-        except (torch.OutOfMemoryError, RuntimeError) as e:
-            raise out_of_memory(e, job.loop, job.seq_len) or e
-        del model
-        curves.append([r.loss for r in outcome.steps])
-        result = result or outcome
-        if outcome.status != "complete":
-            break
+    try:
+        for k in range(job.repeats):
+            progress.at(f"building the model (run {k + 1})")
+            model = models.build(job.model, job.seed)
+            config.update(model_params=models.count_params(model), model_config=model.config.to_dict())
+            record = _Recorder(folder, worker.world_size, job.loop.steps, config, env) if k == 0 else None
+            try:
+                outcome = train(worker, job.loop, model, task, record.step if record else (lambda r: None))
+            except (torch.OutOfMemoryError, RuntimeError) as e:
+                raise out_of_memory(e, job.loop, job.seq_len) or e
+            del model
+            curves.append([r.loss for r in outcome.steps])
+            result = result or outcome
+            if outcome.status != "complete":
+                break
+    finally:
+        if folder is not None:
+            folder.flush()  # the steps measured so far survive any failure
     memory, kind = peak_memory(worker)
     if folder is None:
-        return
+        return []
     assert result is not None
     summary = flops.summarize([_row(r, worker.world_size) for r in result.steps], result.window_s,
-                              worker.world_size, flops.dims_of(job.model.config), job.loop.global_batch,
+                              worker.world_size, flops.dims_of(config["model_config"]), job.loop.global_batch,
                               job.seq_len, job.loop.activation_checkpointing, peak)
     summary.update(peak_memory_bytes=memory, peak_memory_kind=kind, status=result.status)
-    _finish(job, folder, config, env, summary, curves, ref, note)
+    return _finish(job, folder, config, env, summary, curves)
 
 
 def _finish(job: TrainJob, folder: RunFolder, config: dict[str, Any], env: dict[str, Any],
-            summary: dict[str, Any], curves: list[list[float]], ref: dict[str, Any] | None,
-            note: str | None) -> None:
-    """Rank 0: summary, alignment, reference file; raise RunFailed on FAIL."""
+            summary: dict[str, Any], curves: list[list[float]]) -> list[str]:
+    """Rank 0: summary, alignment, reference file; the reasons the run failed, if any."""
     train_doc = folder.doc["train"]
     train_doc["summary"] = summary
     if len(curves) > 1:
         train_doc["repeat_losses"] = curves[1:]
+    ref = job.reference
     if ref is not None:
         limits = alignment.limits_for(ref["losses"], ref["noise_band"], *job.limits)
         train_doc["alignment"] = alignment.compare(curves[0], ref["losses"], limits, config["steps"],
                                                    job.reference_label)
     folder.save()
     print(display.summary(summary), flush=True)
-    if note:
-        print(f"# {note}", flush=True)
+    if job.reference_note:
+        print(f"# {job.reference_note}", flush=True)
     failures = [f"loss became {curves[0][-1]} at step {len(curves[0])}"] if summary["status"] == "nan" else []
     if train_doc["alignment"] is not None:
         print(display.alignment_table(train_doc["alignment"]), flush=True)
@@ -276,10 +296,7 @@ def _finish(job: TrainJob, folder: RunFolder, config: dict[str, Any], env: dict[
     if job.save_reference and summary["status"] == "complete":
         reference.save(reference.make(config, curves, env, list(job.argv)), job.save_reference)
         print(f"# reference written: {job.save_reference}", flush=True)
-    print(f"# results: {folder.path}/run.json, {folder.path}/train_steps.csv", flush=True)
-    folder.finish("failed" if failures else "complete", failures[0] if failures else None)
-    if failures:
-        raise RunFailed(failures[0])
+    return failures
 
 
 def _row(r: StepResult, world: int) -> dict[str, Any]:
@@ -303,7 +320,8 @@ class _Recorder:
             return
         self.display.update(r)
         self.folder.doc["train"]["losses"].append(r.loss)
-        self.folder.append("train_steps", _row(r, self.world), STEP_COLUMNS)
+        # At most one run-folder write a second, so recording never slows the steps it times.
+        self.folder.append("train_steps", _row(r, self.world), STEP_COLUMNS, min_interval_s=1.0)
 
 
 def add_align_arguments(p: argparse.ArgumentParser) -> None:

@@ -170,6 +170,7 @@ class SFTTask:
         self.num_samples = ids.shape[0]
         self.dropped = dropped  # examples with no response token left after truncation
         self._ids, self._loss, self._lengths = ids, loss, lengths
+        self._loss_counts = loss[:, 1:].sum(1)
         self._perms: dict[int, torch.Tensor] = {}
 
     def __repr__(self) -> str:
@@ -192,6 +193,12 @@ class SFTTask:
         n = self.num_samples
         return torch.stack([self._perm(k // n)[k % n] for k in range(start, stop)]) \
             if stop > start else torch.empty(0, dtype=torch.int64)
+
+    def global_counts(self, step: int, global_batch: int) -> tuple[int, int]:
+        """(real tokens, loss tokens) of the whole global batch of `step`: every rank knows them
+        without a collective, because the order is fixed by the seed."""
+        idx = self.row_indices(step * global_batch, (step + 1) * global_batch)
+        return int(self._lengths[idx].sum()), int(self._loss_counts[idx].sum())
 
     def batch(self, step: int, global_batch: int, rank: int = 0, world_size: int = 1) -> Batch:
         """This rank's contiguous share of the global batch of optimizer step `step`."""

@@ -67,8 +67,8 @@ def summary(s: dict[str, Any]) -> str:
     lines += [
         f"  FLOPs per step               {_num(s['flops_per_step'], '.4g')}",
         f"  TFLOPS per device            {_num(s['tflops_per_device'], '.4g')}",
-        f"  MFU                          {_num(s['mfu'] and 100 * s['mfu'], '.2f')} %"
-        f"  (peak {s['peak_tflops']:.4g} TFLOP/s, {s['peak_source']})",
+        (f"  MFU                          {_num(s['mfu'] and 100 * s['mfu'], '.2f')} %"
+        f"  (peak {s['peak_tflops']:.4g} TFLOP/s, {s['peak_source']})"),
     ]
     if s["hfu"] is not None:
         lines.append(f"  HFU (with recomputation)     {100 * s['hfu']:.2f} %")

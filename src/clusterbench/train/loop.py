@@ -1,7 +1,8 @@
 """The training loop: wrap the model, then step, accumulate, step again, timing a window.
 
 The loss of every micro-batch is summed over its loss tokens and divided by the loss
-tokens of the whole GLOBAL batch of the step (counted across ranks first). With the
+tokens of the whole GLOBAL batch of the step (known to every rank from the seeded data order,
+so no collective is spent on it). With the
 world-size factor that DDP's / FSDP's gradient averaging removes again, the gradient is
 the token-weighted mean over the global batch whatever the world size and micro-batch
 split: this is what makes 1, 2 and 8 ranks train the same curve.
@@ -12,9 +13,9 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -125,9 +126,7 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
         ids, labels = batch.input_ids.to(dev), batch.labels.to(dev)
         # Packed rows need no mask, and without one SDPA takes its fast causal path.
         mask = None if batch.real_tokens == ids.numel() else batch.attention_mask.to(dev)
-        counts = torch.tensor([batch.real_tokens, batch.loss_tokens], dtype=torch.float64, device=dev)
-        dist.all_reduce(counts)
-        real_tokens, loss_tokens = (int(c) for c in counts.tolist())
+        real_tokens, loss_tokens = task.global_counts(step - 1, cfg.global_batch)
         scale = world / loss_tokens  # gradient averaging divides by world again
 
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)

@@ -1,7 +1,8 @@
 """Which model trains: presets as data, a user config.json, or a local checkpoint.
 
 The parent process resolves the choice to a plain config dict (`ModelSpec`), so errors
-surface before any rank starts and the spec pickles cheaply to every rank. Each rank then
+surface before any rank starts and the spec pickles cheaply to every rank; for presets it
+does so without importing transformers (seconds of start-up on a small machine). Each rank then
 builds the model on the CPU right after torch.manual_seed(seed): CPU initialisation does
 not depend on the thread count or the world size, so every rank of every world size starts
 from bitwise the same weights, and the model is moved to its device afterwards.
@@ -22,21 +23,21 @@ from clusterbench.errors import UsageError
 # Llama-architecture shapes as LlamaConfig keyword arguments.
 PRESETS: dict[str, dict[str, Any]] = {
     # ~2.1M parameters over the shipped 4096-token vocabulary: trains on two CPU cores in seconds.
-    "tiny": dict(vocab_size=4096, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                 rope_theta=10000.0, tie_word_embeddings=False),
+    "tiny": {"vocab_size": 4096, "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
+             "rope_theta": 10000.0, "tie_word_embeddings": False},
     # GPT-3 Small width and depth with a Llama-2-sized vocabulary: ~134M parameters.
-    "125m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                 num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=2048,
-                 rope_theta=10000.0, tie_word_embeddings=False),
+    "125m": {"vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+             "num_attention_heads": 12, "num_key_value_heads": 12, "max_position_embeddings": 2048,
+             "rope_theta": 10000.0, "tie_word_embeddings": False},
     # Llama-3.2-1B shape.
-    "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                     rope_theta=500000.0, tie_word_embeddings=True),
+    "llama-1b": {"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+             "rope_theta": 500000.0, "tie_word_embeddings": True},
     # Llama-3-8B shape.
-    "llama-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                     rope_theta=500000.0, tie_word_embeddings=False),
+    "llama-8b": {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+             "rope_theta": 500000.0, "tie_word_embeddings": False},
 }
 
 # Config keys that do not change the computation; left out of the hash that identifies a model.
@@ -50,7 +51,7 @@ class ModelSpec:
     """A resolved model choice: `name` for humans, `config` for transformers."""
 
     name: str  # preset name, "config:<file>" or "path:<dir>"
-    config: dict[str, Any]
+    config: dict[str, Any]  # as given: the preset's keys, or the config.json's
     path: str | None = None  # a local checkpoint to load weights from
 
     @property
@@ -63,7 +64,8 @@ class ModelSpec:
 
 
 def config_hash(config: dict[str, Any]) -> str:
-    """A short digest of what determines the computation, stable across transformers versions."""
+    """A short digest of the config as given (not transformers' expansion of it, which changes
+    between versions), without the keys that do not change the computation."""
     kept = {k: v for k, v in config.items() if k not in _VOLATILE_KEYS}
     text = json.dumps(kept, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -86,9 +88,7 @@ def resolve(preset: str | None, model_config: str | None, model_path: str | None
     name = preset or "tiny"
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
-    from transformers import LlamaConfig
-
-    return ModelSpec(name, LlamaConfig(**PRESETS[name]).to_dict())
+    return ModelSpec(name, {"model_type": "llama", **PRESETS[name]})
 
 
 def _read_config_json(path: Path) -> dict[str, Any]:
@@ -106,9 +106,9 @@ def _read_config_json(path: Path) -> dict[str, Any]:
         raise UsageError(f"model config {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(raw, dict) or "model_type" not in raw:
         raise UsageError(f'model config {path}: no "model_type" key (expected a transformers config.json)')
-    model_type = raw.pop("model_type")
     try:
-        return AutoConfig.for_model(model_type, **raw).to_dict()
+        AutoConfig.for_model(**raw)  # refuse what transformers cannot build, before any rank starts
+        return raw
     except (ValueError, TypeError, KeyError) as e:
         first = (str(e).strip().splitlines() or ["invalid"])[0]
         raise UsageError(f"model config {path}: {first}") from None
@@ -118,8 +118,7 @@ def build(spec: ModelSpec, seed: int) -> torch.nn.Module:
     """The model on the CPU in float32: seeded fresh weights, or the checkpoint's."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = dict(spec.config)
-    config = AutoConfig.for_model(config.pop("model_type"), **config)
+    config = AutoConfig.for_model(**spec.config)
     torch.manual_seed(seed)
     try:
         if spec.path is not None:

@@ -16,7 +16,6 @@ from clusterbench import __version__
 from clusterbench.errors import UsageError
 from clusterbench.results import atomic_write
 from clusterbench.train import alignment
-from clusterbench.train.models import config_hash
 
 KIND = "clusterbench-loss-reference"
 FORMAT = 1
@@ -27,7 +26,7 @@ IDENTITY = (("task", "task"), ("model_hash", "model"), ("global_batch", "global 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
     """The comparable identity of a run from its run.json train.config."""
-    return {"task": config["task"], "model": config["preset"], "model_hash": config_hash(config["model_config"]),
+    return {"task": config["task"], "model": config["preset"], "model_hash": config["model_hash"],
             "global_batch": config["global_batch"], "seq_len": config["seq_len"],
             "packing": config["packing"], "steps": config["steps"]}
 

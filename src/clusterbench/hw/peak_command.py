@@ -36,6 +36,25 @@ def _devices(choice: str | None) -> list[str]:
     return ["cpu"]
 
 
+def measure_device(dev: str, dtypes: list[str], size: int | None, seconds: float) -> dict:
+    """Matmul TFLOP/s per dtype and copy GB/s of one device, each printed as it is measured."""
+    name = device_name(torch.device(dev))
+    entry = {"device": dev, "name": name, "matmul": [], "copy": None}
+    for dtype in dtypes:
+        m = peaks.measure_matmul_tflops(dev, dtype, n=size, seconds=seconds)
+        m["table_tflops"] = limits.peak_tflops(name, dtype)
+        entry["matmul"].append(m)
+        table = "-" if m["table_tflops"] is None else f"{m['table_tflops']:g}"
+        print(f"  {dev:<10} {name[:28]:<28} {m['dtype']:<9} {m['n']:>6} {m['tflops']:>10.4g} {table:>8}",
+              flush=True)
+    entry["copy"] = peaks.measure_copy_gbps(dev, seconds=min(seconds, 0.5))
+    print(f"  {dev:<10} copy {entry['copy']['nbytes'] >> 20} MiB: {entry['copy']['gbps']:.1f} GB/s", flush=True)
+    return entry
+
+
+HEADER = f"  {'device':<10} {'name':<28} {'dtype':<9} {'n':>6} {'TFLOP/s':>10} {'table':>8}"
+
+
 def main(args: argparse.Namespace) -> int:
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     unknown = [d for d in dtypes if d not in DTYPES] or ([] if dtypes else [args.dtypes])
@@ -46,20 +65,9 @@ def main(args: argparse.Namespace) -> int:
     folder = RunFolder(Path(args.out) if args.out else default_run_dir("peak"), "peak", list(sys.argv))
     results = []
     print(f"# clusterbench peak: torch.mm n x n, {args.seconds:g} s per figure")
-    print(f"  {'device':<10} {'name':<28} {'dtype':<9} {'n':>6} {'TFLOP/s':>10} {'table':>8}")
+    print(HEADER)
     for dev in _devices(args.device):
-        name = device_name(torch.device(dev))
-        entry = {"device": dev, "name": name, "matmul": [], "copy": None}
-        for dtype in dtypes:
-            m = peaks.measure_matmul_tflops(dev, dtype, n=args.size, seconds=args.seconds)
-            m["table_tflops"] = limits.peak_tflops(name, dtype)
-            entry["matmul"].append(m)
-            table = "-" if m["table_tflops"] is None else f"{m['table_tflops']:g}"
-            print(f"  {dev:<10} {name[:28]:<28} {m['dtype']:<9} {m['n']:>6} {m['tflops']:>10.4g} {table:>8}",
-                  flush=True)
-        entry["copy"] = peaks.measure_copy_gbps(dev, seconds=min(args.seconds, 0.5))
-        print(f"  {dev:<10} copy {entry['copy']['nbytes'] >> 20} MiB: {entry['copy']['gbps']:.1f} GB/s", flush=True)
-        results.append(entry)
+        results.append(measure_device(dev, dtypes, args.size, args.seconds))
         folder.set("peaks", {"devices": results})
     folder.finish("complete")
     print(f"# results: {folder.path}/run.json")

@@ -1,0 +1,169 @@
+"""`clusterbench train` / `align` as users run them: real gloo ranks, tiny preset, real files.
+
+Short runs use a small task (SHORT) so the file stays fast on two cores; only the default
+run, judged against the shipped reference, takes the full 100 steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, read_run, run_cli
+
+from clusterbench.train import flops, models
+
+SHORT = ["--steps", "24", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "2",
+         "--peak-tflops", "1"]
+
+
+def train(out: Path, *args: str, env: dict | None = None):
+    return run_cli("train", *args, "--out", str(out), env=env)
+
+
+@pytest.fixture(scope="module")
+def short_ref(tmp_path_factory) -> tuple[Path, Path]:
+    """A reference from two repeats of the short task on 2 ranks, and its run folder."""
+    base = tmp_path_factory.mktemp("ref")
+    ref = base / "ref.json"
+    proc = train(base / "run", *SHORT, "--repeats", "2", "--save-reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    return ref, base / "run"
+
+
+def test_default_run_learns_and_passes_shipped_reference(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = train(out, "--peak-tflops", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "verdict: PASS" in proc.stdout and "tgs" in proc.stdout
+    t = read_run(out)["train"]
+    c, s, losses = t["config"], t["summary"], t["losses"]
+    assert len(losses) == 100 and s["steps_done"] == 100 and s["status"] == "complete"
+    assert sum(losses[-10:]) / 10 < 0.6 * losses[0]  # loss falls clearly
+    assert c["preset"] == "tiny" and 2e6 < c["model_params"] < 5e6 and c["world_size"] == 2
+    assert c["global_batch"] == c["micro_batch"] * c["grad_accum"] * c["world_size"]
+    a = t["alignment"]
+    assert a["verdict"] == "PASS" and a["mre_window"] == [21, 100] and a["reference"] == "tiny-cpu-float32"
+    with open(out / "train_steps.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == list(range(1, 101))
+    assert [float(r["loss"]) for r in rows] == pytest.approx(losses, rel=1e-12)
+
+
+def test_speed_figures_match_a_hand_computation(short_ref) -> None:
+    """REFERENCE.md §4 for the tiny config, from the counted tokens of the run folder."""
+    _, run = short_ref
+    t = read_run(run)["train"]
+    c, s = t["config"], t["summary"]
+    rows = [r for r in read_run(run)["train_steps"] if r["in_window"]]
+    real = sum(r["real_tokens"] for r in rows)
+    assert real == s["tokens"] and all(r["tokens"] == 8 * 32 for r in rows)
+    assert s["tgs"] == pytest.approx(real / (2 * s["window_s"]), rel=1e-9)
+    # tiny: h=128, f=512, L=4, q=4*32=128, kv=2*32=64, V=4096; packed rows: T = 8*32, S2 = 8*32².
+    h, f, L, q, kv, V, T, S2 = 128, 512, 4, 128, 64, 4096, 8 * 32, 8 * 32**2
+    by_hand = T * (6 * h * f * 3 * L + 6 * (h * (q + 2 * kv) + q * h) * L + 6 * h * V) + S2 * 6 * q * L
+    assert s["flops_per_step"] == by_hand
+    assert flops.step_flops(flops.dims_of(c["model_config"]), T, S2) == by_hand
+    tflops = by_hand * len(rows) / (2 * s["window_s"]) / 1e12
+    assert s["tflops_per_device"] == pytest.approx(tflops, rel=1e-9)
+    assert s["mfu"] == pytest.approx(tflops / 1.0) and s["peak_source"] == "given: --peak-tflops 1"
+    assert s["padded_tgs"] is None and s["hfu"] is None  # packed rows, no recomputation
+
+
+def test_reference_round_trip_and_repeatability(short_ref, tmp_path: Path) -> None:
+    ref, first = short_ref
+    doc = json.loads(ref.read_text())
+    assert doc["kind"] == "clusterbench-loss-reference" and doc["repeats"] == 2
+    assert doc["noise_band"] == 0.001 and doc["max_relative_deviation"] == 0.0  # bitwise repeats
+    assert doc["losses"] == read_run(first)["train"]["losses"]
+    assert doc["model"] == {"preset": "tiny", "config_hash": models.resolve("tiny", None, None).config_hash}
+    proc = train(tmp_path / "again", *SHORT, "--reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    t = read_run(tmp_path / "again")["train"]
+    assert t["losses"] == doc["losses"]  # bitwise, run after run
+    assert t["alignment"]["verdict"] == "PASS" and t["alignment"]["variance"] == 0.0
+
+
+def test_one_rank_aligns_with_two(short_ref, tmp_path: Path) -> None:
+    ref, _ = short_ref
+    proc = train(tmp_path / "one", *SHORT, "--nproc", "1", "--reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    a = read_run(tmp_path / "one")["train"]["alignment"]
+    assert a["verdict"] == "PASS" and a["mre"] < 1e-3
+    assert read_run(tmp_path / "one")["train"]["config"]["grad_accum"] == 2
+
+
+def test_fsdp_with_checkpointing_aligns(short_ref, tmp_path: Path) -> None:
+    ref, _ = short_ref
+    proc = train(tmp_path / "fsdp", *SHORT, "--parallel", "fsdp", "--activation-checkpointing",
+                 "--reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    t = read_run(tmp_path / "fsdp")["train"]
+    assert t["config"]["parallel"] == "fsdp" and t["alignment"]["mre"] < 1e-3
+    s = t["summary"]
+    assert s["hfu"] == pytest.approx(s["mfu"] * flops.recompute_flops(flops.dims_of(t["config"]["model_config"]),
+                                                                        256, 8 * 32**2)
+                                     / s["flops_per_step"], rel=1e-9)
+
+
+def test_perturbed_runs_fail_alignment(short_ref, tmp_path: Path) -> None:
+    ref, _ = short_ref
+    proc = train(tmp_path / "lr", *SHORT, "--lr", "1e-2", "--reference", str(ref))
+    err = assert_one_line_error(proc, 1, "alignment FAIL")
+    assert "verdict: FAIL" in proc.stdout, err
+    doc = read_run(tmp_path / "lr")
+    assert doc["status"] == "failed" and doc["train"]["alignment"]["verdict"] == "FAIL"
+    # The same run judged afterwards by `align`, and a run of another seed.
+    assert_one_line_error(run_cli("align", str(tmp_path / "lr"), "--reference", str(ref)), 1, "alignment FAIL")
+    proc = train(tmp_path / "seed", *SHORT, "--seed", "1", "--reference", str(ref))
+    assert_one_line_error(proc, 1, "variance")
+
+
+def test_align_command_passes_identical_run(short_ref) -> None:
+    ref, run = short_ref
+    proc = run_cli("align", str(run / "run.json"), "--reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    assert "verdict: PASS" in proc.stdout and "MRE steps 21..24" in proc.stdout
+
+
+def test_nan_stops_with_fail_and_keeps_steps(tmp_path: Path) -> None:
+    proc = train(tmp_path / "nan", *SHORT, env={"CLUSTERBENCH_TEST_NAN_STEP": "4"})
+    assert_one_line_error(proc, 1, "nan at step 4")
+    doc = read_run(tmp_path / "nan")
+    assert doc["status"] == "failed" and doc["train"]["summary"]["status"] == "nan"
+    assert len(doc["train"]["losses"]) == 4 and len(doc["train_steps"]) == 4
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    bad_config = tmp_path / "bad_config.json"
+    bad_config.write_text("{not json")
+    bad_data = tmp_path / "bad.jsonl"
+    bad_data.write_text('{"instruction": "a", "output": "b"}\n{"instruction": 3, "output": "b"}\n')
+    return {"bad_config": bad_config, "bad_data": bad_data}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--model-config", "{missing}"], "no such file"),
+    (["--model-config", "{bad_config}"], "not valid JSON"),
+    (["--data", "{missing}"], "--data"),
+    (["--data", "{bad_data}"], "bad.jsonl:2"),
+    (["--seq-len", "2048"], "max_position_embeddings 1024"),
+    (["--global-batch", "10", "--micro-batch", "4"], "multiple of 4 x 2 = 8"),
+    (["--reference", "{missing}"], "--reference"),
+    (["--reference", "tiny-cpu-float32", "--steps", "24"], "step count 100, this run has 24"),
+])
+def test_bad_input_is_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json"}
+    args = [a.format(**files) for a in args]
+    assert_one_line_error(train(tmp_path / "run", *args, "--peak-tflops", "1"), 2, needle)
+
+
+def test_align_refuses_mismatch_and_non_train_runs(short_ref, tmp_path: Path) -> None:
+    _, run = short_ref
+    assert_one_line_error(run_cli("align", str(run), "--reference", "tiny-cpu-float32"), 2,
+                          "global batch 16, this run has 8")
+    assert_one_line_error(run_cli("align", str(tmp_path / "none"), "--reference", "tiny-cpu-float32"), 2,
+                          "no run found")
