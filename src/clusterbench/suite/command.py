@@ -22,7 +22,7 @@ from clusterbench.comm.bench import CommOptions, run_comm
 from clusterbench.dist import DistConfig, Worker, resolve
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.hw.command import record_hardware
-from clusterbench.hw.peak_command import HEADER, measure_device
+from clusterbench.hw.peak_command import HEADER, measure_device, peaks_doc
 from clusterbench.hw.topology import render
 from clusterbench.launch import Progress
 from clusterbench.report.html import render_report
@@ -47,17 +47,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-seconds", type=float, default=0.5, help="seconds per measured peak (default 0.5)")
 
 
-def _sub_args(add: Callable[[argparse.ArgumentParser], None], defaults: list[str], text: str, what: str) -> argparse.Namespace:
+class _StageParser(argparse.ArgumentParser):
+    """A stage's own options; a bad one is a UsageError naming the stage, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _sub_args(add: Callable[[argparse.ArgumentParser], None], defaults: list[str], text: str,
+              what: str) -> argparse.Namespace:
     """Parse a stage's options with that sub-command's own parser; the user's words win."""
-    parser = argparse.ArgumentParser(prog=f"clusterbench run {what}", add_help=False, exit_on_error=False)
+    parser = _StageParser(prog=what, add_help=False)
     add(parser)
     comm_command.add_launch_arguments(parser)
     try:
-        return parser.parse_args(defaults + shlex.split(text))
-    except (argparse.ArgumentError, ValueError) as e:
+        words = shlex.split(text)
+    except ValueError as e:
         raise UsageError(f"{what}: {e}") from None
-    except SystemExit:
-        raise UsageError(f"{what}: cannot parse {text!r}") from None
+    return parser.parse_args(defaults + words)
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ def suite_job(worker: Worker, suite: Suite, progress: Progress) -> None:
     everyone: list = [None] * worker.world_size
     dist.all_gather_object(everyone, mine)
     if folder is not None:
-        folder.set("peaks", {"devices": [e for e in everyone if e]})
+        folder.set("peaks", peaks_doc([e for e in everyone if e]))
     if suite.comm is not None:
         say(f"\n== [{next(stage)}/{stages}] comm")
         try:
