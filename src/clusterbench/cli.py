@@ -25,40 +25,39 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
+# name, help, the module's argument adder and entry point, and whether it starts ranks.
+COMMANDS = (
+    ("run", "the whole verdict: hardware, peaks, comm, SFT + alignment, report",
+     run_command.add_arguments, run_command.main, True),
+    ("comm", "collective-communication benchmark over torch.distributed",
+     comm_command.add_arguments, comm_command.main, True),
+    ("train", "fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment",
+     train_command.add_arguments, train_command.main, True),
+    ("align", "judge a finished train run against a reference loss curve",
+     train_command.add_align_arguments, train_command.align_main, False),
+    ("peak", "measured matmul TFLOP/s per dtype and copy GB/s of the local devices",
+     peak_command.add_arguments, peak_command.main, False),
+    ("info", "the hardware picture: CPU, memory, GPUs, links, topology, NICs",
+     info_command.add_arguments, info_command.main, False),
+    ("report", "(re)render report.html from a run folder's run.json",
+     report_command.add_arguments, report_command.main, False),
+    ("compare", "judge run B against run A, a baseline or rules (exit 1 on fail)",
+     compare_command.add_compare_arguments, compare_command.compare_main, False),
+    ("baseline", "summarise several runs into a baseline JSON",
+     compare_command.add_baseline_arguments, compare_command.baseline_main, False),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clusterbench", description="Is this hardware fit to train, and how fast is it?")
     parser.add_argument("--version", action="version", version=f"clusterbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="the whole verdict: hardware, peaks, comm, SFT + alignment, report")
-    run_command.add_arguments(run)
-    comm_command.add_launch_arguments(run)
-    run.set_defaults(func=run_command.main)
-    comm = sub.add_parser("comm", help="collective-communication benchmark over torch.distributed")
-    comm_command.add_arguments(comm)
-    comm_command.add_launch_arguments(comm)
-    comm.set_defaults(func=comm_command.main)
-    train = sub.add_parser("train", help="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment")
-    train_command.add_arguments(train)
-    comm_command.add_launch_arguments(train)
-    train.set_defaults(func=train_command.main)
-    align = sub.add_parser("align", help="judge a finished train run against a reference loss curve")
-    train_command.add_align_arguments(align)
-    align.set_defaults(func=train_command.align_main)
-    peak = sub.add_parser("peak", help="measured matmul TFLOP/s per dtype and copy GB/s of the local devices")
-    peak_command.add_arguments(peak)
-    peak.set_defaults(func=peak_command.main)
-    info = sub.add_parser("info", help="the hardware picture: CPU, memory, GPUs, links, topology, NICs")
-    info_command.add_arguments(info)
-    info.set_defaults(func=info_command.main)
-    report = sub.add_parser("report", help="(re)render report.html from a run folder's run.json")
-    report_command.add_arguments(report)
-    report.set_defaults(func=report_command.main)
-    compare = sub.add_parser("compare", help="judge run B against run A, a baseline or rules (exit 1 on fail)")
-    compare_command.add_compare_arguments(compare)
-    compare.set_defaults(func=compare_command.compare_main)
-    baseline = sub.add_parser("baseline", help="summarise several runs into a baseline JSON")
-    compare_command.add_baseline_arguments(baseline)
-    baseline.set_defaults(func=compare_command.baseline_main)
+    for name, text, add_arguments, func, starts_ranks in COMMANDS:
+        cmd = sub.add_parser(name, help=text, description=text)
+        add_arguments(cmd)
+        if starts_ranks:
+            comm_command.add_launch_arguments(cmd)
+        cmd.set_defaults(func=func)
     return parser
 
 

@@ -175,18 +175,23 @@ def mark_finished(run_dir: Path, status: str, error: str | None) -> None:
         update_run(run_dir, status=status, error=error, finished_utc=utc_stamp())
 
 
+def read_json(path: Path, label: str) -> Any:
+    """A JSON file of ours, or a one-line UsageError saying why it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{label}: cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{label}: not valid JSON (half-written or corrupt): {e.msg} at line {e.lineno}") from None
+
+
 def load_run(path: str | Path) -> dict[str, Any]:
     """Read a run folder (or its run.json) and refuse anything this version cannot read."""
     p = Path(path)
     file = p / "run.json" if p.is_dir() else p
     if not file.exists():
         raise UsageError(f"no run found at {path}: {file} does not exist")
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {file}: {e}") from None
-    except ValueError as e:
-        raise UsageError(f"{file} is not valid JSON (half-written or corrupt): {e}") from None
+    doc = read_json(file, str(file))
     if not isinstance(doc, dict) or doc.get("tool") != "clusterbench":
         raise UsageError(f"{file} is not a clusterbench run.json")
     if doc.get("schema_version") != SCHEMA_VERSION:

@@ -8,7 +8,7 @@ from typing import Any
 
 from clusterbench.compare.metrics import flatten
 from clusterbench.errors import UsageError
-from clusterbench.results import SCHEMA_VERSION, atomic_write, load_run, utc_stamp
+from clusterbench.results import SCHEMA_VERSION, atomic_write, load_run, read_json, utc_stamp
 
 KIND = "clusterbench-baseline"
 
@@ -45,12 +45,7 @@ def write(baseline: dict[str, Any], path: str | Path) -> Path:
 def load_means(path: str | Path) -> dict[str, float]:
     """The mean of each metric in a baseline file, which compare and rules use as reference."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"cannot read baseline {p}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UsageError(f"baseline {p} is not valid JSON: {e}") from None
+    doc = read_json(p, f"baseline {p}")
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise UsageError(f"{p} is not a clusterbench baseline (make one with clusterbench baseline)")
     if doc.get("schema_version") != SCHEMA_VERSION:

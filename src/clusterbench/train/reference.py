@@ -14,7 +14,7 @@ from typing import Any
 
 from clusterbench import __version__
 from clusterbench.errors import UsageError
-from clusterbench.results import atomic_write
+from clusterbench.results import atomic_write, read_json
 from clusterbench.train import alignment
 
 KIND = "clusterbench-loss-reference"
@@ -94,12 +94,7 @@ def load(name_or_path: str) -> tuple[dict[str, Any], str]:
     if not p.is_file():
         raise UsageError(f"--reference {name_or_path}: no such file (shipped references: "
                          f"{', '.join(shipped_names()) or 'none'})")
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--reference {name_or_path}: cannot read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--reference {name_or_path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    doc = read_json(p, f"--reference {name_or_path}")
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise UsageError(f"--reference {name_or_path}: not a clusterbench loss reference")
     if doc.get("format") != FORMAT:
