@@ -72,6 +72,25 @@ def test_speed_figures_match_a_hand_computation(short_ref) -> None:
     assert s["padded_tgs"] is None and s["hfu"] is None  # packed rows, no recomputation
 
 
+def test_padded_rows_count_only_real_tokens(tmp_path: Path) -> None:
+    """--no-packing: tgs counts real tokens, the padded rate is reported beside it (REFERENCE.md §4)."""
+    out = tmp_path / "run"
+    proc = train(out, "--no-packing", "--steps", "6", "--seq-len", "64", "--global-batch", "8",
+                 "--warmup-steps", "2", "--peak-tflops", "1")
+    assert proc.returncode == 0, proc.stderr
+    doc = read_run(out)
+    s, c = doc["train"]["summary"], doc["train"]["config"]
+    rows = [r for r in doc["train_steps"] if r["in_window"]]
+    real = sum(r["real_tokens"] for r in rows)
+    assert c["packing"] is False and all(r["tokens"] == 8 * 64 for r in rows)
+    assert 0 < real < 8 * 64 * len(rows) and s["tokens"] == real
+    assert s["tgs"] == pytest.approx(real / (2 * s["window_s"]), rel=1e-9)
+    assert s["padded_tgs"] == pytest.approx(8 * 64 * len(rows) / (2 * s["window_s"]), rel=1e-9)
+    dims = flops.dims_of(c["model_config"])
+    by_hand = [flops.step_flops(dims, r["real_tokens"], 8 * 64**2) for r in rows]
+    assert s["flops_per_step"] == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
+
+
 def test_reference_round_trip_and_repeatability(short_ref, tmp_path: Path) -> None:
     ref, first = short_ref
     doc = json.loads(ref.read_text())
