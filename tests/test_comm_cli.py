@@ -179,6 +179,8 @@ BAD_INPUT = [
     (["--ops", "pt2pt", "--nproc", "1"], "at least 2 ranks"),
     (["--root", "5"], "--root 5"),
     (["--iters", "0"], "at least 1"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--time-budget", "nan"], "--time-budget"),
     (["--out", "/proc/clusterbench-cannot-write"], "cannot write the run folder"),
     (["-e", "4G", "--nproc", "64"], "memory"),
     (["--frobnicate"], "unrecognized arguments"),

@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_one_line_error, run_cli
 from report_fixtures import gpu_run_doc, train_section, write_run
 
-from clusterbench.compare.compare import compare
+from clusterbench.compare.compare import compare, failed
 from clusterbench.compare.metrics import flatten, kind_of, size_class
 from clusterbench.results import SCHEMA_VERSION
 
@@ -61,6 +61,8 @@ def test_compare_verdicts() -> None:
     assert worse["train.alignment.mre"] == worse["train.alignment.pass"] == "FAIL"
     only_a = compare(a, {}, per_size=True)
     assert {r.verdict for r in only_a} == {"MISSING"} and any("@" in r.metric for r in only_a)
+    assert failed(only_a)  # the candidate lost metrics the reference judged: not a pass
+    assert not failed(compare({}, a))  # new metrics in the candidate are no failure
 
 
 def test_compare_exit_codes(runs: dict[str, Path]) -> None:

@@ -61,6 +61,17 @@ def test_bad_stage_options_are_one_line_exit_2(args: list[str], needle: str, tmp
     assert_one_line_error(run_cli("run", *args, "--out", str(tmp_path / "run")), 2, needle)
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--device", "cuda"], "no CUDA GPU"),
+    (["--device", "foo"], "unknown device"),
+    (["--size", "-5"], "--size"),
+    (["--seconds", "nan"], "--seconds"),
+])
+def test_peak_refuses_bad_input_before_writing(args: list[str], needle: str, tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("peak", *args, "--out", str(tmp_path / "run")), 2, needle)
+    assert not (tmp_path / "run").exists()
+
+
 def _doc(busbw_gbps: float, gpus: list, device_type: str = "cuda") -> dict:
     rows = [{"op": "all_reduce", "size_bytes": s, "world_size": 8, "busbw_gbps": busbw_gbps, "wrong": 0}
             for s in (2**20, 2**30)]
@@ -84,7 +95,10 @@ def test_bandwidth_verdict_against_the_link_and_an_expected_figure() -> None:
 
 
 def test_a_downtrained_pcie_link_under_load_is_a_warning() -> None:
-    gpu = {**H100, "pcie_downtrained": True, "pcie_under_load": True}
-    assert overall(judge(_doc(360 * 8, [H100, gpu]))) == "WARN"
+    loaded = {**H100, "pcie_under_load": True, "pcie_downtrained": False}
+    slow = {**loaded, "pcie_downtrained": True}
+    assert overall(judge(_doc(360 * 8, [loaded, slow]))) == "WARN"
+    assert overall(judge(_doc(360 * 8, [loaded, loaded]))) == "PASS"
     idle = {**H100, "pcie_downtrained": True, "pcie_under_load": False}  # idle links park: not judged
-    assert overall(judge(_doc(360 * 8, [H100, idle]))) == "PASS"
+    checks = judge(_doc(360 * 8, [idle, idle]))
+    assert overall(checks) == "PASS" and "not judged" in checks[0]["detail"]

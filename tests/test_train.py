@@ -160,7 +160,13 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     bad_config.write_text("{not json")
     bad_data = tmp_path / "bad.jsonl"
     bad_data.write_text('{"instruction": "a", "output": "b"}\n{"instruction": 3, "output": "b"}\n')
-    return {"bad_config": bad_config, "bad_data": bad_data}
+    gpt2 = tmp_path / "gpt2.json"
+    gpt2.write_text(json.dumps(GPT2))
+    return {"bad_config": bad_config, "bad_data": bad_data, "gpt2": gpt2}
+
+
+# Not Llama-style, and naming its position limit n_positions.
+GPT2 = {"model_type": "gpt2", "vocab_size": 4096, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 32}
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -170,6 +176,8 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--data", "{missing}"], "--data"),
     (["--data", "{bad_data}"], "bad.jsonl:2"),
     (["--seq-len", "2048"], "max_position_embeddings 1024"),
+    (["--model-config", "{gpt2}", "--seq-len", "64"], "max_position_embeddings 32"),
+    (["--save-reference", "/proc/clusterbench/ref.json"], "--save-reference"),
     (["--global-batch", "10", "--micro-batch", "4"], "multiple of 4 x 2 = 8"),
     (["--reference", "{missing}"], "--reference"),
     (["--reference", "tiny-cpu-float32", "--steps", "24"], "step count 100, this run has 24"),
@@ -178,6 +186,18 @@ def test_bad_input_is_one_line_exit_2(args: list[str], needle: str, tmp_path: Pa
     files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json"}
     args = [a.format(**files) for a in args]
     assert_one_line_error(train(tmp_path / "run", *args, "--peak-tflops", "1"), 2, needle)
+
+
+def test_any_causal_lm_config_trains_and_reports_tgs(tmp_path: Path) -> None:
+    """REFERENCE.md §4's FLOPs formula is for Llama-style models: elsewhere tgs stands alone."""
+    config = tmp_path / "gpt2.json"
+    config.write_text(json.dumps(GPT2))
+    out = tmp_path / "run"
+    proc = train(out, "--model-config", str(config), "--steps", "4", "--warmup-steps", "1", "--seq-len", "32",
+                 "--global-batch", "4", "--peak-tflops", "1")
+    assert proc.returncode == 0, proc.stderr
+    s = read_run(out)["train"]["summary"]
+    assert s["tgs"] > 0 and s["flops_per_step"] is None and s["mfu"] is None
 
 
 def test_align_refuses_mismatch_and_non_train_runs(short_ref, tmp_path: Path) -> None:

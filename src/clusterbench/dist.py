@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import socket
@@ -42,8 +43,8 @@ class Worker:
 
 def resolve(backend: str = "auto", device: str | None = None, timeout_s: float = 300.0) -> DistConfig:
     """Turn --backend/--device into a concrete pair, refusing what this machine cannot do."""
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout must be positive, got {timeout_s:g}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     backend = backend.lower()
     has_cuda = torch.cuda.is_available()
     device_type = (device or ("cuda" if has_cuda and backend in ("auto", "nccl") else "cpu")).split(":")[0]

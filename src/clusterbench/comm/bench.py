@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import torch
@@ -35,6 +35,7 @@ class CommOptions:
     rank_time: str = "max"
     check: bool = True
     unit: str = "Gbps"
+    fit_device_memory: bool = False  # the default GPU sweep: drop sizes the devices cannot hold
 
 
 def parse_ops(text: str, bidirectional: bool = False) -> tuple[str, ...]:
@@ -161,9 +162,23 @@ def sweep(worker: Worker, opts: CommOptions, progress: Progress) -> Iterator[tup
         yield op, row
 
 
+def fit_to_memory(worker: Worker, opts: CommOptions) -> CommOptions:
+    """Cap the sweep at a power of two <= a quarter of the free memory of the fullest device.
+
+    Measured on every rank after it owns its device, and agreed on with a MIN, so every rank
+    sweeps the same sizes."""
+    if not opts.fit_device_memory or worker.device.type != "cuda":
+        return opts
+    free = torch.tensor([torch.cuda.mem_get_info(worker.device)[0]], dtype=torch.int64, device=worker.device)
+    torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
+    cap = 1 << max(3, (int(free.item()) // 4).bit_length() - 1)
+    return replace(opts, sizes=tuple(s for s in opts.sizes if s <= cap) or (min(opts.sizes),))
+
+
 def run_comm(worker: Worker, opts: CommOptions, progress: Progress, folder: RunFolder | None) -> list[CommRow]:
     """The benchmark on every rank; rank 0 prints and records each row as it arrives."""
     validate(opts, worker.world_size)
+    opts = fit_to_memory(worker, opts)
     env = environment(worker)
     if folder is not None:
         folder.update_env(env)

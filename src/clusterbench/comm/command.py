@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,18 +63,16 @@ def options_from(args: argparse.Namespace, cfg: DistConfig) -> CommOptions:
                          "float64, int32, int64, int8, uint8") from None
     default_max = GPU_MAX_BYTES if cfg.device_type == "cuda" else CPU_MAX_BYTES
     max_bytes = parse_size(args.max_bytes, "--max-bytes") if args.max_bytes else default_max
-    if cfg.device_type == "cuda" and args.max_bytes is None:
-        free, _ = torch.cuda.mem_get_info()
-        max_bytes = min(max_bytes, 1 << max(3, (free // 4).bit_length() - 1))
     sizes = sweep(parse_size(args.min_bytes, "--min-bytes"), max_bytes, args.step_factor)
     iters = None if str(args.iters) == "auto" else _positive_int(args.iters, "--iters")
-    if args.time_budget <= 0:
+    if not (math.isfinite(args.time_budget) and args.time_budget > 0):
         raise UsageError(f"--time-budget must be positive, got {args.time_budget:g}")
     return CommOptions(
         ops=parse_ops(args.ops, args.bidirectional), sizes=tuple(sizes), dtype=str(dtype).removeprefix("torch."),
         reduce_op=args.reduce_op, in_place=args.in_place, root=args.root, iters=iters,
         warmup=args.warmup, time_budget_s=args.time_budget, rank_time=args.rank_time,
         check=args.check, unit=args.unit,
+        fit_device_memory=cfg.device_type == "cuda" and args.max_bytes is None,
     )
 
 

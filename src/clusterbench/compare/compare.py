@@ -42,4 +42,6 @@ def _one(name: str, ref: float | None, cand: float | None, tolerance: float) -> 
 
 
 def failed(rows: list[Comparison]) -> list[Comparison]:
-    return [row for row in rows if row.verdict == "FAIL"]
+    """FAILs, and judged metrics the candidate lacks: a stage that died must not pass."""
+    return [row for row in rows if row.verdict == "FAIL" or
+            (row.verdict == "MISSING" and row.candidate is None and row.better is not None)]

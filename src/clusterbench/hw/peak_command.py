@@ -7,6 +7,7 @@ The figures are the measured peaks MFU falls back on when a device is not in the
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -65,13 +66,16 @@ def main(args: argparse.Namespace) -> int:
     unknown = [d for d in dtypes if d not in DTYPES] or ([] if dtypes else [args.dtypes])
     if unknown:
         raise UsageError(f"--dtypes: unknown {', '.join(unknown)!r}: choose from {', '.join(DTYPES)}")
-    if args.seconds <= 0:
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UsageError(f"--seconds must be positive, got {args.seconds:g}")
+    if args.size is not None and args.size < 1:
+        raise UsageError(f"--size must be at least 1, got {args.size}")
+    devices = [str(peaks.check_device(d)) for d in _devices(args.device)]
     folder = RunFolder(Path(args.out) if args.out else default_run_dir("peak"), "peak", list(sys.argv))
     results = []
     print(f"# clusterbench peak: torch.mm n x n, {args.seconds:g} s per figure")
     print(HEADER)
-    for dev in _devices(args.device):
+    for dev in devices:
         results.append(measure_device(dev, dtypes, args.size, args.seconds))
         folder.set("peaks", peaks_doc(results))
     folder.finish("complete")

@@ -46,7 +46,7 @@ def measure_matmul_tflops(
     current float32 matmul precision (full fp32 unless a caller enabled TF32).
     """
     torch_dtype = _dtype(dtype)
-    dev = _device(device)
+    dev = check_device(device)
     if n is None:
         cpu_n = _CPU_MATMUL_N.get(torch_dtype, _CPU_MATMUL_N_OTHER)
         n = _GPU_MATMUL_N if dev.type != "cpu" else cpu_n
@@ -72,7 +72,7 @@ def measure_copy_gbps(
     Each copy reads nbytes and writes nbytes, so it counts 2 × nbytes of traffic (the
     convention of STREAM's copy and of GPU bandwidth tests); gbps = that / time / 1e9.
     """
-    dev = _device(device)
+    dev = check_device(device)
     if nbytes is None:
         nbytes = _GPU_COPY_BYTES if dev.type != "cpu" else _CPU_COPY_BYTES
     if nbytes <= 0:
@@ -151,7 +151,8 @@ def _dtype(name: str) -> torch.dtype:
         raise UsageError(f"unsupported dtype {name!r}: use float32, float16 or bfloat16") from None
 
 
-def _device(name: str) -> torch.device:
+def check_device(name: str) -> torch.device:
+    """The device named, or a UsageError saying why this machine has no such device."""
     try:
         dev = torch.device(name)
     except RuntimeError:

@@ -58,8 +58,7 @@ def _sub_args(add: Callable[[argparse.ArgumentParser], None], defaults: list[str
               what: str) -> argparse.Namespace:
     """Parse a stage's options with that sub-command's own parser; the user's words win."""
     parser = _StageParser(prog=what, add_help=False)
-    add(parser)
-    comm_command.add_launch_arguments(parser)
+    add(parser)  # launch options (--nproc, --backend, ...) are run's own: a stage refuses them
     try:
         words = shlex.split(text)
     except ValueError as e:
@@ -85,7 +84,8 @@ def suite_job(worker: Worker, suite: Suite, progress: Progress) -> None:
     stage = iter(range(1, stages + 1))
     say(f"\n== [{next(stage)}/{stages}] hardware")
     if folder is not None:
-        say(render(record_hardware(folder)))
+        # Idle GPUs park their PCIe links: read them while the GPUs copy, or the check means nothing.
+        say(render(record_hardware(folder, pcie_load=worker.device.type == "cuda")))
     say(f"\n== [{next(stage)}/{stages}] peaks: torch.mm n x n and copy, per device")
     progress.at("measuring peaks")
     say(HEADER)
@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
     )
     try:
         code = launch.run(launch.Job(suite_job, suite, cfg, run_dir), n)
-    except RunFailed:
+    except (RunFailed, UsageError):
         _conclude(run_dir, args.expect_busbw)  # the report still shows what was measured
         raise
     if not concludes:
@@ -143,7 +143,7 @@ def _comm_options(args: argparse.Namespace, cfg: DistConfig, n: int) -> CommOpti
 
 def _train_job(args: argparse.Namespace, cfg: DistConfig, n: int, run_dir: Path) -> TrainJob:
     sub = _sub_args(train_command.add_arguments, [], args.train_args, "--train-args")
-    sub.out = str(run_dir)
+    sub.out = str(run_dir)  # build_job reads the one launch option it needs
     return train_command.build_job(sub, cfg, n)
 
 

@@ -8,6 +8,7 @@ alignment verdict is FAIL or a loss turns NaN/inf (the steps measured so far are
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import sys
 from dataclasses import asdict, dataclass
@@ -97,8 +98,8 @@ class TrainJob:
 
 
 def _positive(value: float | None, option: str, minimum: float = 1) -> None:
-    if value is not None and value < minimum:
-        raise UsageError(f"{option} must be at least {minimum:g}, got {value:g}")
+    if value is not None and not (math.isfinite(value) and value >= minimum):
+        raise UsageError(f"{option} must be a number of at least {minimum:g}, got {value:g}")
 
 
 def build_job(args: argparse.Namespace, cfg: DistConfig, n: int) -> TrainJob:
@@ -127,7 +128,7 @@ def build_job(args: argparse.Namespace, cfg: DistConfig, n: int) -> TrainJob:
         raise UsageError(f"--global-batch {global_batch} is not divisible into micro-batches of {micro} "
                          f"on {n} ranks (it must be a multiple of {micro} x {n} = {micro * n})")
     lr = args.lr if args.lr is not None else (1e-3 if spec.name == "tiny" else 3e-4)
-    if not lr > 0:
+    if not (math.isfinite(lr) and lr > 0):
         raise UsageError(f"--lr must be positive, got {lr:g}")
     loop = LoopConfig(steps=args.steps, warmup_steps=args.warmup_steps, global_batch=global_batch, micro_batch=micro,
                       lr=lr, lr_warmup_steps=args.lr_warmup_steps, dtype=args.dtype or defaults["dtype"],
@@ -144,6 +145,8 @@ def build_job(args: argparse.Namespace, cfg: DistConfig, n: int) -> TrainJob:
     if args.reference is not None or name in reference.shipped_names():
         ref, label = reference.load(name)
         ref, note = judge_against(ref, label, args.reference is not None, config)
+    if args.save_reference:
+        reference.check_writable(args.save_reference)
     run_dir = Path(args.out) if args.out else default_run_dir("train")
     return TrainJob(spec, loop, args.data, args.tokenizer, seq_len, args.packing, args.seed, args.repeats,
                     args.peak_tflops, config, ref, label, note, (args.variance_limit, args.mre_limit),

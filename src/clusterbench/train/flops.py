@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clusterbench.errors import UsageError
 from clusterbench.hw import limits, peaks
 
 
@@ -37,16 +36,17 @@ class Dims:
     vocab: int
 
 
-def dims_of(config: dict[str, Any]) -> Dims:
+def dims_of(config: dict[str, Any]) -> Dims | None:
+    """The shapes the formula needs; None for a config that is not Llama-style (no gated MLP
+    sizes), where REFERENCE.md §4's formula does not apply and FLOPs are not reported."""
     try:
         h, heads = config["hidden_size"], config["num_attention_heads"]
         head_dim = config.get("head_dim") or h // heads
         return Dims(h=h, f=config["intermediate_size"], layers=config["num_hidden_layers"],
                     q=heads * head_dim, kv=(config.get("num_key_value_heads") or heads) * head_dim,
                     vocab=config["vocab_size"])
-    except KeyError as e:
-        raise UsageError(f"model type {config.get('model_type')!r}: clusterbench counts FLOPs for "
-                         f"Llama-style configs and this one has no {e.args[0]!r}") from None
+    except (KeyError, TypeError):
+        return None
 
 
 def _layer_macs(d: Dims, tokens: int, s2: int) -> int:
@@ -87,7 +87,7 @@ def measured_source(n: int, dtype: str, tflops: float, ranks: int) -> str:
     return f"measured: torch.mm {n}^3 {dtype} = {tflops:.4g} TFLOP/s{where}"
 
 
-def summarize(steps: list[dict[str, Any]], window_s: float, world_size: int, dims: Dims,
+def summarize(steps: list[dict[str, Any]], window_s: float, world_size: int, dims: Dims | None,
               global_batch: int, seq_len: int, recompute: bool, peak: Peak) -> dict[str, Any]:
     """Speed figures of the timed window from the per-step rows (REFERENCE.md §4)."""
     window = [s for s in steps if s["in_window"]]
@@ -95,10 +95,11 @@ def summarize(steps: list[dict[str, Any]], window_s: float, world_size: int, dim
     real = sum(s["real_tokens"] for s in window)
     padded = sum(s["tokens"] for s in window)
     s2 = global_batch * seq_len**2
-    flops = [step_flops(dims, s["real_tokens"], s2) for s in window]
-    hw = [recompute_flops(dims, s["real_tokens"], s2) for s in window]
-    tflops = sum(flops) / devices_s / 1e12 if window and devices_s > 0 else None
-    hw_tflops = sum(hw) / devices_s / 1e12 if window and devices_s > 0 else None
+    counted = window if dims is not None else []
+    flops = [step_flops(dims, s["real_tokens"], s2) for s in counted]
+    hw = [recompute_flops(dims, s["real_tokens"], s2) for s in counted]
+    tflops = sum(flops) / devices_s / 1e12 if flops and devices_s > 0 else None
+    hw_tflops = sum(hw) / devices_s / 1e12 if hw and devices_s > 0 else None
     return {
         "steps_done": len(steps),
         "tokens": real,

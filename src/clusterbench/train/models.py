@@ -60,7 +60,15 @@ class ModelSpec:
 
     @property
     def max_positions(self) -> int | None:
-        return self.config.get("max_position_embeddings")
+        if "max_position_embeddings" in self.config:
+            return self.config["max_position_embeddings"]
+        # Other architectures name it differently (GPT-2: n_positions); transformers maps the names.
+        from transformers import AutoConfig
+
+        try:
+            return getattr(AutoConfig.for_model(**self.config), "max_position_embeddings", None)
+        except (ValueError, KeyError, TypeError):
+            return None
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -65,6 +65,18 @@ def make(config: dict[str, Any], repeats: list[list[float]], env: dict[str, Any]
     }
 
 
+def check_writable(path: str) -> None:
+    """Refuse, before any step runs, a --save-reference that could not be written at the end."""
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".{Path(path).name}.write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"--save-reference {path}: cannot write there ({e.strerror or e})") from None
+
+
 def save(doc: dict[str, Any], path: str) -> None:
     p = Path(path)
     try:
