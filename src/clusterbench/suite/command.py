@@ -126,7 +126,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         code = launch.run(launch.Job(suite_job, suite, cfg, run_dir), n)
     except (RunFailed, UsageError):
-        _conclude(run_dir, args.expect_busbw)  # the report still shows what was measured
+        if concludes and (run_dir / "run.json").exists():
+            _conclude(run_dir, args.expect_busbw)  # the report still shows what was measured
         raise
     if not concludes:
         return code
