@@ -25,7 +25,6 @@ from clusterbench.hw.command import record_hardware
 from clusterbench.hw.peak_command import HEADER, measure_device, peaks_doc
 from clusterbench.hw.topology import render
 from clusterbench.launch import Progress
-from clusterbench.report.html import render_report
 from clusterbench.results import RunFolder, default_run_dir, load_run, mark_finished, prepare_run_dir, update_run
 from clusterbench.suite.verdicts import judge, overall
 from clusterbench.train import command as train_command
@@ -150,6 +149,8 @@ def _train_job(args: argparse.Namespace, cfg: DistConfig, n: int, run_dir: Path)
 
 def _conclude(run_dir: Path, expect_busbw: float | None) -> int:
     """Judge run.json, store the verdicts, write the report, print the summary."""
+    from clusterbench.report.html import render_report  # matplotlib: only the concluding process
+
     mark_finished(run_dir, "complete", None)
     doc = load_run(run_dir)
     checks = judge(doc, expect_busbw)
