@@ -26,10 +26,13 @@ import torch
 import torch.distributed as dist
 
 from clusterbench import launch
-from clusterbench.comm.bench import CommOptions, measure
+from clusterbench.args import size
+from clusterbench.comm.bench import measure
 from clusterbench.comm.ops import OPS
-from clusterbench.comm.sizes import human, parse_size, sweep
+from clusterbench.comm.sizes import sweep
 from clusterbench.dist import resolve, synchronize
+from clusterbench.results.schema import CommOptions
+from clusterbench.units import human_bytes
 
 
 def bare_loop_us(worker, nbytes: int, iters: int, warmup: int) -> float:
@@ -52,7 +55,7 @@ def compare(worker, cfg: dict, progress) -> None:
         count = nbytes // 4
         ours, bare = [], []
         for _ in range(cfg["rounds"]):
-            opts = CommOptions(ops=("all_reduce",), sizes=(nbytes,), time_budget_s=cfg["budget"])
+            opts = CommOptions(ops=("all_reduce",), time_budget_s=cfg["budget"])
             row = measure(OPS["all_reduce"], worker, opts, count)
             ours.append(row.duration_us)
             # The bare loop gets the same number of timed iterations clusterbench chose.
@@ -66,24 +69,24 @@ def compare(worker, cfg: dict, progress) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--min-bytes", default="8")
-    p.add_argument("--max-bytes", default="64M")
+    p.add_argument("--min-bytes", type=size, default=8)
+    p.add_argument("--max-bytes", type=size, default=64 * 2**20)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--budget", type=float, default=0.25)
     p.add_argument("--sweep", action="store_true", help="also time a full --ops all sweep")
     a = p.parse_args()
-    sizes = sweep(parse_size(a.min_bytes), parse_size(a.max_bytes), 4)
+    sizes = sweep(a.min_bytes, a.max_bytes, 4)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "out": str(out)}
-        launch.run(launch.Job(compare, cfg, resolve("auto", None, 300), Path(tmp)), a.nproc)
+        launch.run(launch.Job(compare, cfg, resolve("auto", None, 300)), a.nproc)
         results = json.loads(out.read_text())
     factor = 2 * (a.nproc - 1) / a.nproc
     print(f"all_reduce float32, {a.nproc} ranks, median of {a.rounds} alternating rounds")
     print(f"{'size':>10} {'bare us':>10} {'ours us':>10} {'bare busbw Gbps':>16} {'ours busbw Gbps':>16} {'ratio':>6}")
     for r in results:
         bw = [r["bytes"] / (t * 1e-6) * factor * 8 / 1e9 for t in (r["bare_us"], r["clusterbench_us"])]
-        print(f"{human(r['bytes']):>10} {r['bare_us']:10.1f} {r['clusterbench_us']:10.1f} "
+        print(f"{human_bytes(r['bytes']):>10} {r['bare_us']:10.1f} {r['clusterbench_us']:10.1f} "
               f"{bw[0]:16.3f} {bw[1]:16.3f} {bw[1] / bw[0]:6.3f}")
     large = [r["bare_us"] / r["clusterbench_us"] for r in results if r["bytes"] >= 2**20]
     small = [r["clusterbench_us"] / r["bare_us"] for r in results if r["bytes"] <= 4096]

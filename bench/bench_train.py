@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from clusterbench import launch
 from clusterbench.dist import Worker, resolve, synchronize
-from clusterbench.results import RunFolder
+from clusterbench.results.folder import RunFolder
+from clusterbench.results.schema import StepRow
 from clusterbench.train import flops, models
 from clusterbench.train.data import IGNORE, load_task
 from clusterbench.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap
@@ -68,7 +69,8 @@ def bare_tgs(worker: Worker, preset: str, cfg: LoopConfig, task) -> float:
 def ours_tgs(worker: Worker, preset: str, cfg: LoopConfig, task, folder: RunFolder | None) -> tuple[float, float]:
     def on_step(r) -> None:
         if folder is not None:
-            folder.append("train_steps", dataclasses.asdict(r))
+            # As the product records: every step, written at most once a second.
+            folder.append("train_steps", StepRow(**dataclasses.asdict(r), tgs=None), min_interval_s=1.0)
             print(f"\rstep {r.step} loss {r.loss:.4f}", end="", file=sys.stderr, flush=True)
 
     model = models.build(models.resolve(preset, None, None), 0)
@@ -100,4 +102,4 @@ def bench_job(worker: Worker, out: Path, progress) -> None:
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         cfg = resolve("gloo", "cpu")
-        sys.exit(launch.run(launch.Job(bench_job, Path(tmp), cfg, Path(tmp)), 2))
+        sys.exit(launch.run(launch.Job(bench_job, Path(tmp), cfg), 2).code)

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Not Llama-style, and naming its position limit n_positions.
+GPT2 = {"model_type": "gpt2", "vocab_size": 4096, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 32}
+
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}

@@ -44,6 +44,7 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, i): return i
     def nvmlDeviceGetName(self, h): return self.name
     def nvmlDeviceGetUUID(self, h): return f"GPU-0000000{h}-0000-0000-0000-000000000000"
+    def nvmlDeviceGetHandleByUUID(self, uuid): return int(uuid.removeprefix("GPU-")[7])
     def nvmlDeviceGetPciInfo(self, h): return SimpleNamespace(busId=self._bus_id(h))
 
     def nvmlDeviceGetMemoryInfo(self, h):

@@ -1,17 +1,16 @@
-"""Synthetic run.json sections for the report and compare tests.
-
-`train` is written by the train command, and `peaks` / `verdicts` by `clusterbench run`;
-these builders follow the agreed schema so the report can be tested before they land.
-"""
+"""Synthetic run.json documents (the layout of results.schema) for the report and compare tests:
+GPU machines this CI has not, and train figures of a size no CPU reaches."""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from clusterbench.results import COMM_COLUMNS, SCHEMA_VERSION
+from clusterbench.results import codec
+from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, CommRow, Run
 
 
 def train_section(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS") -> dict[str, Any]:
@@ -20,6 +19,7 @@ def train_section(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS"
     return {
         "config": {
             "preset": "1b", "model_params": 1_236_000_000, "model_config": {"hidden_size": 2048},
+            "model_hash": "0123456789abcdef", "lr_warmup_steps": 10,
             "parallel": "fsdp", "dtype": "bfloat16", "world_size": 8, "global_batch": 64, "micro_batch": 8,
             "grad_accum": 1, "seq_len": 2048, "packing": True, "steps": 100, "warmup_steps": 10, "lr": 2e-5,
             "seed": 1234, "task": "sft-shipped", "activation_checkpointing": False,
@@ -73,26 +73,32 @@ def comm_rows(ops_peak_gbs: dict[str, float], world_size: int = 8) -> list[dict[
                 "p99_us": seconds * 1.1e6, "min_us": seconds * 0.95e6, "max_us": seconds * 1.2e6, "cv": 0.03,
                 "reduce_op": "sum" if op != "all_gather" else None, "root": None,
             })
-    assert set(rows[0]) == set(COMM_COLUMNS)
+    assert set(rows[0]) == {f.name for f in fields(CommRow)}
     return rows
 
 
 def gpu_run_doc(hardware: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     """A complete `clusterbench run` on 8 H200s: all_reduce above the line (NVLS), all_gather below."""
     doc = {
-        "schema_version": SCHEMA_VERSION, "tool": "clusterbench", "version": "0.1.0", "command": "run",
+        "schema_version": SCHEMA_VERSION, "kind": RUN_KIND, "tool": "clusterbench", "version": "0.1.0",
+        "command": "run",
         "argv": ["clusterbench", "run"], "started_utc": "20260101T000000Z", "finished_utc": "20260101T000900Z",
         "status": "complete", "error": None,
         "env": {"hostname": "gpu-node-01", "device_type": "cuda", "backend": "nccl", "world_size": 8,
                 "hosts": ["gpu-node-01"] * 8},
         "comm_options": {"unit": "GBps", "check": True},
-        "hardware": hardware,
+        "hardware": hardware or None,
         "comm": comm_rows({"all_reduce": 478.0, "all_gather": 365.0}),
         "train": train_section(),
         "peaks": peaks_section(),
         "verdicts": VERDICTS,
     }
     return doc | overrides
+
+
+def as_run(doc: dict[str, Any]) -> Run:
+    """The document as the typed record every reader of run.json gets."""
+    return codec.load(Run, doc)
 
 
 def write_run(folder: Path, doc: dict[str, Any]) -> Path:

@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 
 from clusterbench.comm.ops import OPS
-from clusterbench.results import COMM_COLUMNS, SCHEMA_VERSION
+from clusterbench.results.schema import SCHEMA_VERSION, CommRow
+
+COMM_COLUMNS = [f.name for f in fields(CommRow)]
 
 FAST = ["--iters", "3", "--warmup", "1"]
 COLUMNS = ["Size (Bytes)", "Description", "Duration", "Throughput (Gbps)", "BusBW (Gbps)", "#wrong"]
@@ -181,7 +184,7 @@ BAD_INPUT = [
     (["--iters", "0"], "at least 1"),
     (["--timeout", "nan"], "--timeout"),
     (["--time-budget", "nan"], "--time-budget"),
-    (["--out", "/proc/clusterbench-cannot-write"], "cannot write the run folder"),
+    (["--out", "/proc/clusterbench-cannot-write"], "the run folder: cannot write in"),
     (["-e", "4G", "--nproc", "64"], "memory"),
     (["--frobnicate"], "unrecognized arguments"),
     (["--dtype", "int32", "--reduce-op", "avg"], "cannot run all_reduce on int32 with reduce op avg"),

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from clusterbench import launch
-from clusterbench.comm.bench import CommOptions, _ctx
+from clusterbench.comm.bench import _ctx
 from clusterbench.comm.ops import OPS
 from clusterbench.dist import resolve
+from clusterbench.results.schema import CommOptions
 
 REDUCE = {"sum": lambda xs: sum(xs[1:], xs[0].clone()), "max": lambda xs: torch.stack(xs).amax(0),
           "min": lambda xs: torch.stack(xs).amin(0), "prod": lambda xs: torch.stack(xs).prod(0)}
@@ -27,7 +28,7 @@ def record_ops(worker, out_dir: Path, progress) -> None:
     saved = {}
     for name, red, in_place in CASES:
         op = OPS[name]
-        opts = CommOptions(ops=(name,), sizes=(), dtype="float32", reduce_op=red, in_place=in_place, root=1)
+        opts = CommOptions(ops=(name,), dtype="float32", reduce_op=red, in_place=in_place, root=1)
         ctx = _ctx(op, worker, opts, count=op.granularity(worker.world_size) * 5, zeros=False)
         bufs = op.buffers(ctx)
         before = {k: v.clone() for k, v in bufs.items()}
@@ -68,8 +69,8 @@ def meaning(name: str, red: str, rank: int, n: int, ins: list, chunk: int, root:
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_every_op_means_what_it_says(n: int, tmp_path: Path) -> None:
-    job = launch.Job(record_ops, tmp_path, resolve("gloo", "cpu", 60), tmp_path)
-    assert launch.run(job, n) == 0
+    job = launch.Job(record_ops, tmp_path, resolve("gloo", "cpu", 60))
+    assert launch.run(job, n) == launch.Outcome(0)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
     for case in CASES:
         name, red, _ = case

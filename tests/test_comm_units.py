@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pytest
 
+from clusterbench.args import size
 from clusterbench.comm import table
-from clusterbench.comm.sizes import count_for, parse_size, sweep
+from clusterbench.comm.sizes import count_for, sweep
 from clusterbench.comm.timing import converged, summarize
-from clusterbench.errors import UsageError
-from clusterbench.results import CommRow
+from clusterbench.results.schema import CommRow
 
 
 @pytest.mark.parametrize("text, want", [("8", 8), ("256K", 256 * 1024), ("64M", 64 * 2**20), ("1G", 2**30),
                                         ("1.5K", 1536), ("4 MiB", 4 * 2**20), ("2kb", 2048)])
 def test_parse_size(text: str, want: int) -> None:
-    assert parse_size(text) == want
+    assert size(text) == want
 
 
 @pytest.mark.parametrize("text", ["", "-1", "0", "12Q", "K", "1e3"])
 def test_parse_size_refuses(text: str) -> None:
-    with pytest.raises(UsageError):
-        parse_size(text)
+    with pytest.raises(argparse.ArgumentTypeError):
+        size(text)
 
 
 def test_sweep_is_geometric_and_keeps_the_maximum() -> None:

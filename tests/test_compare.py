@@ -7,15 +7,20 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, run_cli
-from report_fixtures import gpu_run_doc, train_section, write_run
+from report_fixtures import as_run, gpu_run_doc, train_section, write_run
 
-from clusterbench.compare.compare import compare, failed
-from clusterbench.compare.metrics import flatten, kind_of, size_class
-from clusterbench.results import SCHEMA_VERSION
+from clusterbench.analyse.compare import compare, failed
+from clusterbench.analyse.metrics import flatten as flatten_run
+from clusterbench.analyse.metrics import kind_of, size_class
+from clusterbench.results.schema import SCHEMA_VERSION
 
 
 def run_doc(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS") -> dict:
     return gpu_run_doc({}, train=train_section(tgs=tgs, mre=mre, verdict=verdict))
+
+
+def flatten(doc: dict) -> dict[str, float]:
+    return flatten_run(as_run(doc))
 
 
 @pytest.fixture
@@ -134,7 +139,7 @@ def _bad_inputs(tmp: Path, runs: dict[str, Path]) -> dict[str, tuple[list[str], 
         "nothing to compare": (["compare", a], "nothing to compare"),
         "bad baseline": (["compare", a, "--baseline", str(runs["a"] / "run.json")], "not a clusterbench baseline"),
         "baseline of half": (["baseline", a, str(half), "-o", str(tmp / "b.json")], "half-written"),
-        "baseline unwritable": (["baseline", a, "-o", str(tmp / "no" / "dir" / "b.json")], "cannot write"),
+        "baseline unwritable": (["baseline", a, "-o", "/proc/clusterbench/b.json"], "cannot write"),
     }
 
 

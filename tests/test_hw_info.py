@@ -1,12 +1,16 @@
 """describe() and render(): on this host as it is, and with NVML faked at its one boundary."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fake_nvml import SYS, FakeNvml, FakeNvmlError, four_h100
 
 from clusterbench.hw import gpus, network, nvml, topology
+from clusterbench.hw.render import render
+from clusterbench.results import codec
+from clusterbench.results.hardware import PcieLink
 
 
 def test_fake_uses_real_pynvml_names() -> None:
@@ -18,13 +22,13 @@ def test_fake_uses_real_pynvml_names() -> None:
 
 def test_describe_this_host_without_gpu() -> None:
     info = topology.describe()
-    json.dumps(info)
-    assert info["gpus"] == [] and info["gpu_topology"] == []
-    assert info["gpu_note"].startswith("no GPU (")
-    assert info["cpu"]["model"] and info["cpu"]["logical_cores"] >= 1
-    assert info["memory_bytes"] > 0
-    assert info["versions"]["torch"]
-    assert "no GPU" in topology.render(info)
+    json.dumps(codec.dump(info))
+    assert info.gpus == [] and info.gpu_topology == []
+    assert info.gpu_note.startswith("no GPU (")
+    assert info.cpu.model and info.cpu.logical_cores >= 1
+    assert info.memory_bytes > 0
+    assert info.versions["torch"]
+    assert "no GPU" in render(info)
 
 
 def test_describe_when_nvml_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,38 +40,38 @@ def test_describe_when_nvml_cannot_start(monkeypatch: pytest.MonkeyPatch) -> Non
     fake.nvmlInit = fail
     monkeypatch.setattr(nvml, "load", lambda: fake)
     info = topology.describe()
-    assert info["gpus"] == []
-    assert info["gpu_note"] == "no GPU (NVML could not start: Driver Not Loaded)"
+    assert info.gpus == []
+    assert info.gpu_note == "no GPU (NVML could not start: Driver Not Loaded)"
 
     monkeypatch.setattr(nvml, "load", lambda: None)
-    assert topology.describe()["gpu_note"] == "no GPU (nvidia-ml-py is not installed)"
+    assert topology.describe().gpu_note == "no GPU (nvidia-ml-py is not installed)"
 
 
 def test_four_gpus_with_nvlink_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nvml, "load", four_h100)
     info = topology.describe()
-    json.dumps(info)
-    assert info["gpu_note"] is None
-    assert info["versions"]["driver"] == "550.54.15"
-    assert info["gpu_topology"] == [
+    json.dumps(codec.dump(info))
+    assert info.gpu_note is None
+    assert info.versions["driver"] == "550.54.15"
+    assert info.gpu_topology == [
         ["X", "NV4", "NODE", "SYS"],
         ["NV4", "X", "SYS", "NODE"],
         ["NODE", "SYS", "X", "NV4"],
         ["SYS", "NODE", "NV4", "X"],
     ]
-    gpu0, _, gpu2, gpu3 = info["gpus"]
-    assert gpu0["bus_id"] == "0000:18:00.0"
-    assert len(gpu0["nvlink_links"]) == 18  # links 18..35 answer Invalid Argument
-    assert (gpu0["nvlink_active"], gpu0["nvlink_version"], gpu0["nvlink_gbps"]) == (4, 4, 100.0)
-    assert gpu0["peak_bf16_tflops"] == 989.0
-    assert gpu0["memory_bytes"] == 80 * 2**30
-    assert gpu2["memory_bytes"] is None  # NotSupported for that one field only
-    assert gpu0["pcie_gbps"] == 63.0 and gpu0["pcie_downtrained"] is False
-    assert gpu3["pcie_gbps"] == 63.0 and gpu3["pcie_gbps_current"] == 31.5
-    assert gpu3["pcie_downtrained"] is True and gpu3["pcie_under_load"] is False
-    assert "idle" in gpu3["pcie_note"]
+    gpu0, _, gpu2, gpu3 = info.gpus
+    assert gpu0.bus_id == "0000:18:00.0"
+    assert len(gpu0.nvlink_links) == 18  # links 18..35 answer Invalid Argument
+    assert (gpu0.nvlink_active, gpu0.nvlink_version, gpu0.nvlink_gbps) == (4, 4, 100.0)
+    assert gpu0.peak_bf16_tflops == 989.0
+    assert gpu0.memory_bytes == 80 * 2**30
+    assert gpu2.memory_bytes is None  # NotSupported for that one field only
+    assert gpu0.pcie.gbps == 63.0 and gpu0.pcie.downtrained is False
+    assert gpu3.pcie.gbps == 63.0 and gpu3.pcie.gbps_current == 31.5
+    assert gpu3.pcie.downtrained is True and gpu3.pcie.under_load is False
+    assert "idle" in gpu3.pcie.note
 
-    text = topology.render(info)
+    text = render(info)
     assert "GPU0 NVIDIA H100 80GB HBM3  80.0 GiB  PCIe gen5 x16 (max gen5 x16, 63 GB/s)" in text
     assert "NVLink4 x4 100 GB/s  bf16 peak 989 TFLOP/s" in text
     assert "PCIe gen4 x16 (max gen5 x16, 63 GB/s) below max at idle" in text
@@ -85,17 +89,17 @@ def test_nvswitch_gives_every_pair_all_links(monkeypatch: pytest.MonkeyPatch) ->
     )
     monkeypatch.setattr(nvml, "load", lambda: fake)
     info = topology.describe()
-    gpus = info["gpus"]
-    assert gpus[0]["nvlink_gbps"] == 450.0
+    gpus = info.gpus
+    assert gpus[0].nvlink_gbps == 450.0
     # GPU1 cannot report its links: the pair falls back to the PCIe path.
-    assert gpus[1]["nvlink_links"] == [] and gpus[1]["nvlink_gbps"] is None
-    assert info["gpu_topology"][0][1] == "SYS"
+    assert gpus[1].nvlink_links == [] and gpus[1].nvlink_gbps is None
+    assert info.gpu_topology[0][1] == "SYS"
 
     fake.unsupported = set()
     info = topology.describe(pcie_load=True)  # no CUDA here: readings stay idle ones
-    assert info["gpu_topology"] == [["X", "NV18"], ["NV18", "X"]]
-    assert info["gpus"][0]["pcie_under_load"] is False
-    assert info["gpus"][0]["pcie_gen_current"] == 1
+    assert info.gpu_topology == [["X", "NV18"], ["NV18", "X"]]
+    assert info.gpus[0].pcie.under_load is False
+    assert info.gpus[0].pcie.gen_current == 1
 
 
 def test_rdma_ports_from_sysfs(tmp_path: Path) -> None:
@@ -107,8 +111,22 @@ def test_rdma_ports_from_sysfs(tmp_path: Path) -> None:
         (port / "link_layer").write_text(layer + "\n")
         (port / "state").write_text("4: ACTIVE\n")
     ib, roce = network.rdma_ports(tmp_path)
-    assert (ib["kind"], ib["state"], ib["rate_gbit"], ib["gbps"], ib["label"]) == (
-        "InfiniBand", "ACTIVE", 400.0, 50.0, "IB NDR")
-    assert (roce["kind"], roce["gbps"], roce["label"]) == ("RoCE", 25.0, "RoCE 200GbE")
-    info = {**topology.describe(), "rdma": [ib, roce]}
-    assert "rdma mlx5_0/1 InfiniBand ACTIVE IB NDR 50 GB/s" in topology.render(info)
+    assert (ib.kind, ib.state, ib.rate_gbit, ib.gbps, ib.label) == ("InfiniBand", "ACTIVE", 400.0, 50.0, "IB NDR")
+    assert (roce.kind, roce.gbps, roce.label) == ("RoCE", 25.0, "RoCE 200GbE")
+    info = replace(topology.describe(), rdma=[ib, roce])
+    assert "rdma mlx5_0/1 InfiniBand ACTIVE IB NDR 50 GB/s" in render(info)
+
+
+def test_a_rank_s_loaded_reading_replaces_only_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank reads its own GPU under load; rank 0 merges the readings by UUID."""
+    monkeypatch.setattr(nvml, "load", four_h100)
+    info = topology.describe()
+    loaded = PcieLink(gen_current=5, width_current=16, gen_max=5, width_max=16, gbps=63.0, downtrained=False,
+                      under_load=True)
+    torch_uuid = info.gpus[3].uuid.removeprefix("GPU-")  # torch spells it without NVML's prefix
+    merged = topology.with_pcie_readings(info, {torch_uuid: loaded})
+    assert merged.gpus[3].pcie == loaded
+    assert [g.pcie for g in merged.gpus[:3]] == [g.pcie for g in info.gpus[:3]]
+    assert gpus.handle_of(four_h100(), torch_uuid) == 3
+    # Without CUDA no rank can load its GPU: the reading is refused, never an idle one passed off as loaded.
+    assert topology.own_pcie_under_load(3, torch_uuid) is None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clusterbench.hw import limits
+from clusterbench import limits
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,9 @@
-"""`clusterbench info` on this machine (no GPU here) and record_hardware for other commands."""
+"""`clusterbench info` on this machine (no GPU here), and the picture every rank command records."""
 
 import json
 from pathlib import Path
 
 from conftest import read_run
-
-from clusterbench.hw.command import record_hardware
-from clusterbench.results import RunFolder
 
 
 def test_info_prints_the_picture_and_keeps_it(cli, tmp_path: Path) -> None:
@@ -29,7 +26,9 @@ def test_info_json_is_pure_json_on_stdout(cli, tmp_path: Path) -> None:
     assert "run.json" in proc.stderr
 
 
-def test_record_hardware_stores_the_picture(tmp_path: Path) -> None:
-    folder = RunFolder(tmp_path / "run", "comm", ["clusterbench", "comm"])
-    info = record_hardware(folder)
-    assert read_run(tmp_path / "run")["hardware"] == json.loads(json.dumps(info))
+def test_every_rank_command_records_the_hardware(cli, tmp_path: Path) -> None:
+    proc = cli("comm", "--nproc", "1", "-b", "8", "-e", "8", "--iters", "3", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    doc = read_run(tmp_path / "run")
+    assert doc["hardware"]["hostname"] == doc["env"]["hostname"]
+    assert doc["hardware"]["cpu"]["logical_cores"] >= 1

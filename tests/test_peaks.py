@@ -9,26 +9,26 @@ from clusterbench.hw import peaks
 
 def test_matmul_float32_on_cpu() -> None:
     result = peaks.measure_matmul_tflops("cpu", "float32", n=128, seconds=0.05)
-    assert result["device"] == "cpu"
-    assert result["dtype"] == "float32"
-    assert result["n"] == 128
-    assert result["iters"] >= 1
-    assert result["seconds"] >= 0.05
-    assert result["tflops"] > 0
+    assert result.device == "cpu"
+    assert result.dtype == "float32"
+    assert result.n == 128
+    assert result.iters >= 1
+    assert result.seconds >= 0.05
+    assert result.tflops > 0
 
 
 def test_matmul_bfloat16_on_cpu_is_allowed() -> None:
     result = peaks.measure_matmul_tflops("cpu", "bf16", n=32, seconds=0.01)
-    assert result["dtype"] == "bfloat16"
-    assert result["tflops"] > 0
+    assert result.dtype == "bfloat16"
+    assert result.tflops > 0
 
 
 def test_copy_on_cpu_counts_read_and_write() -> None:
     result = peaks.measure_copy_gbps("cpu", nbytes=1 << 20, seconds=0.05)
-    assert result["nbytes"] == 1 << 20
-    assert result["gbps"] > 0
-    expected = 2 * result["nbytes"] * result["iters"] / result["seconds"] / 1e9
-    assert result["gbps"] == pytest.approx(expected)
+    assert result.nbytes == 1 << 20
+    assert result.gbps > 0
+    expected = 2 * result.nbytes * result.iters / result.seconds / 1e9
+    assert result.gbps == pytest.approx(expected)
 
 
 def test_unsupported_dtype_is_a_usage_error() -> None:

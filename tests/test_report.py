@@ -1,6 +1,5 @@
 """report.html from a real tiny comm run and from synthetic train/peaks/verdicts sections."""
 
-import json
 import re
 import struct
 from pathlib import Path
@@ -9,11 +8,13 @@ import pytest
 from browser import CHROMIUM, chromium, full_page_png
 from conftest import assert_one_line_error, read_run, run_cli
 from fake_nvml import eight_h200
-from report_fixtures import gpu_run_doc, peaks_section, train_section, write_run
+from report_fixtures import as_run, gpu_run_doc, peaks_section, train_section, write_run
 
 from clusterbench.hw import nvml, topology
 from clusterbench.report.html import expected_plots, render_report
-from clusterbench.results import SCHEMA_VERSION, load_run
+from clusterbench.results import codec
+from clusterbench.results.folder import load_run
+from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION
 
 # Anything a browser would fetch: src/href attributes and CSS url(), except inline data and
 # in-page references (the SVG clip paths are url(#id)).
@@ -34,13 +35,13 @@ def comm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gpu_hardware(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The picture of an 8 x H200 NVSwitch machine, through the real describe() on a fake NVML."""
     monkeypatch.setattr(nvml, "load", eight_h200)
-    return topology.describe()
+    return codec.dump(topology.describe())
 
 
 def mixed_run(comm_run: Path, dest: Path) -> Path:
     """The real comm run plus this host's picture and synthetic train, peaks and verdicts."""
     doc = read_run(comm_run)
-    doc.update(hardware=topology.describe(), train=train_section(mre=0.031, verdict="FAIL"),
+    doc.update(hardware=codec.dump(topology.describe()), train=train_section(mre=0.031, verdict="FAIL"),
                peaks=peaks_section(devices=1))
     return write_run(dest, doc)
 
@@ -55,8 +56,7 @@ def test_report_of_a_real_comm_run(comm_run: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     html = (comm_run / "report.html").read_text()
     self_contained(html)
-    doc = read_run(comm_run)
-    assert expected_plots(doc) == 3  # two ops and the overview
+    assert expected_plots(load_run(comm_run)) == 3  # two ops and the overview
     assert html.count('<svg class="plot"') == 3
     assert "no theoretical line" in html
     assert html.count("<code>all_reduce</code>") == 1 and "all values OK" in html
@@ -69,7 +69,7 @@ def test_report_with_train_peaks_and_no_gpu(comm_run: Path, tmp_path: Path) -> N
     run = mixed_run(comm_run, tmp_path / "run")
     html = render_report(run).read_text()
     self_contained(html)
-    assert html.count('<svg class="plot"') == expected_plots(read_run(run)) == 4
+    assert html.count('<svg class="plot"') == expected_plots(load_run(run)) == 4
     for text in ("no GPU", "Loss per optimizer step", "mean relative error", "sft-shipped-1b-bf16",
                  "39.8 %", "5120", "matmul bfloat16", "mean relative error 0.031 &gt;= limit 0.02"):
         assert text in html, text
@@ -80,7 +80,7 @@ def test_report_of_a_gpu_run_draws_the_link_line(gpu_hardware: dict, tmp_path: P
     run = write_run(tmp_path / "run", gpu_run_doc(gpu_hardware))
     html = render_report(run).read_text()
     self_contained(html)
-    assert html.count('<svg class="plot"') == expected_plots(read_run(run)) == 4
+    assert html.count('<svg class="plot"') == expected_plots(load_run(run)) == 4
     assert "Theoretical line: NVLink 4 × 18: 450 GB/s per GPU" in html
     assert "370 GB/s" in html
     # all_reduce peaks at about 460 GB/s: above the line, explained as NVLS, not an error.
@@ -108,7 +108,7 @@ def _half_written(folder: Path) -> Path:
 
 
 def _other_schema(folder: Path) -> Path:
-    return write_run(folder, {"schema_version": SCHEMA_VERSION + 1, "tool": "clusterbench"})
+    return write_run(folder, {"schema_version": SCHEMA_VERSION + 1, "kind": RUN_KIND})
 
 
 @pytest.mark.parametrize(("make", "needle"), [
@@ -122,10 +122,11 @@ def test_report_bad_run_folder_is_one_line(tmp_path: Path, make, needle: str) ->
 
 
 def test_expected_plots_counts_sections() -> None:
-    doc = {"comm": [], "train": {"losses": []}}
-    assert expected_plots(doc) == 0
-    doc = {"comm": json.loads(json.dumps(gpu_run_doc({})["comm"][:1])), "train": train_section()}
-    assert expected_plots(doc) == 2
+    doc = gpu_run_doc({}, comm=[], train=train_section())
+    doc["train"]["losses"] = []
+    assert expected_plots(as_run(doc)) == 0
+    doc = gpu_run_doc({}, comm=gpu_run_doc({})["comm"][:1], train=train_section())
+    assert expected_plots(as_run(doc)) == 2
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "

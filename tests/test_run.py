@@ -1,13 +1,18 @@
-"""`clusterbench run`: every stage into one run folder, the verdicts, the report."""
+"""`clusterbench run`: every stage into one run folder, the verdicts by rules, the report."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, read_run, run_cli
+from conftest import GPT2, assert_one_line_error, read_run, run_cli
+from report_fixtures import as_run, gpu_run_doc
 
-from clusterbench.suite.verdicts import judge, overall
+from clusterbench.analyse.verdicts import judge, overall
+from clusterbench.comm import options as comm_options
+from clusterbench.commands.run import COMM_DEFAULTS
+from clusterbench.hw.render import PEAK_HEADER
 
 
 def test_quick_run_end_to_end(tmp_path: Path) -> None:
@@ -20,14 +25,16 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
     assert {r["op"] for r in doc["comm"]} == {"all_reduce", "all_gather"}
     assert len(doc["train"]["losses"]) == 100 and doc["train"]["alignment"]["verdict"] == "PASS"
     checks = {c["check"]: c["status"] for c in doc["verdicts"]}
-    assert checks == {"comm correctness": "PASS", "comm bandwidth": "PASS", "training": "PASS",
-                      "MFU": "PASS", "loss alignment": "PASS"}
+    # A CPU has no link table: the bandwidth check says it was not judged, rather than pass.
+    assert checks == {"comm correctness": "PASS", "comm bandwidth": "SKIP", "training": "PASS",
+                      "MFU": "PASS", "loss alignment": "PASS", "run": "PASS"}
     assert (out / "report.html").stat().st_size > 10_000
     assert (out / "comm.csv").exists() and (out / "train_steps.csv").exists()
     assert "report: " in proc.stdout and "PASS: fit to train" in proc.stdout
+    assert proc.stdout.count(PEAK_HEADER) == 1  # one peak table, printed by rank 0
 
 
-def test_skip_and_stage_options_reach_the_sub_commands(tmp_path: Path) -> None:
+def test_skip_and_stage_options_reach_the_stages(tmp_path: Path) -> None:
     """A perturbed task (another seed) is refused by the shipped reference's task check,
     so the run judges nothing and says so with a WARN."""
     out = tmp_path / "run"
@@ -35,9 +42,12 @@ def test_skip_and_stage_options_reach_the_sub_commands(tmp_path: Path) -> None:
                    "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = read_run(out)
-    assert "comm" not in doc and len(doc["train"]["losses"]) == 12
-    checks = {c["check"]: c["status"] for c in doc["verdicts"]}
-    assert checks["loss alignment"] == "WARN" and doc["verdict"] == "WARN"
+    assert doc["comm"] == [] and len(doc["train"]["losses"]) == 12
+    checks = {c["check"]: c for c in doc["verdicts"]}
+    assert checks["loss alignment"]["status"] == "WARN" and doc["verdict"] == "WARN"
+    assert "step count 100, this run has 12" in checks["loss alignment"]["detail"]
+    assert checks["comm correctness"] == {"check": "comm correctness", "status": "SKIP",
+                                          "detail": "not judged: the comm stage did not run"}
 
 
 def test_a_corrupted_collective_fails_the_verdict_but_training_still_runs(tmp_path: Path) -> None:
@@ -51,14 +61,51 @@ def test_a_corrupted_collective_fails_the_verdict_but_training_still_runs(tmp_pa
     assert doc["verdict"] == "FAIL" and (out / "report.html").exists()
 
 
+def test_a_model_without_a_flops_formula_gets_verdicts_and_a_report(tmp_path: Path) -> None:
+    """A GPT-2 config trains and is judged: MFU is "not judged", never a traceback."""
+    config = tmp_path / "gpt2.json"
+    config.write_text(json.dumps(GPT2))
+    out = tmp_path / "run"
+    proc = run_cli("run", "--skip", "comm", "--peak-seconds", "0.1", "--train-args",
+                   f"--model-config {config} --steps 4 --warmup-steps 1 --seq-len 32 --global-batch 4",
+                   "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    checks = {c["check"]: c for c in read_run(out)["verdicts"]}
+    assert checks["training"]["status"] == "PASS" and "TFLOPS" not in checks["training"]["detail"]
+    assert checks["MFU"] == {"check": "MFU", "status": "SKIP",
+                             "detail": "not judged: no FLOPs formula for this model (Llama-style configs only)"}
+    again = run_cli("report", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "no FLOPs formula for this model" in (out / "report.html").read_text()
+
+
+def test_rules_file_replaces_the_default_checks(tmp_path: Path) -> None:
+    rules = tmp_path / "strict.yaml"
+    rules.write_text("rules:\n"
+                     "  - name: MFU at least 99%\n    metric: train.mfu\n    criteria: '>= 0.99'\n"
+                     "  - name: tgs\n    metric: train.tgs\n    criteria: '> 0'\n    level: WARN\n")
+    out = tmp_path / "run"
+    proc = run_cli("run", "--skip", "comm", "--peak-seconds", "0.1", "--train-args", "--steps 6 --warmup-steps 2",
+                   "--rules", str(rules), "--out", str(out), timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    doc = read_run(out)
+    assert [(c["check"], c["status"]) for c in doc["verdicts"]] == [("MFU at least 99%", "FAIL"), ("tgs", "PASS")]
+    assert "rule: train.mfu >= 0.99" in doc["verdicts"][0]["detail"] and doc["verdict"] == "FAIL"
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--comm-args", "--ops bogus"], "unknown op 'bogus'"),
     (["--train-args", "--preset nope"], "nope"),
     (["--train-args", "--frobnicate"], "--train-args"),
+    (["--train-args", "--seq-len 0"], "--seq-len: must be at least 1"),
+    (["--comm-args", "--nproc 4"], "--comm-args"),
     (["--skip", "everything"], "invalid choice"),
+    (["--expect-busbw", "nan"], "--expect-busbw"),
+    (["--rules", "/nonexistent/rules.yaml"], "cannot read rules file"),
 ])
-def test_bad_stage_options_are_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+def test_bad_options_are_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
     assert_one_line_error(run_cli("run", *args, "--out", str(tmp_path / "run")), 2, needle)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -72,33 +119,46 @@ def test_peak_refuses_bad_input_before_writing(args: list[str], needle: str, tmp
     assert not (tmp_path / "run").exists()
 
 
-def _doc(busbw_gbps: float, gpus: list, device_type: str = "cuda") -> dict:
-    rows = [{"op": "all_reduce", "size_bytes": s, "world_size": 8, "busbw_gbps": busbw_gbps, "wrong": 0}
-            for s in (2**20, 2**30)]
-    return {"status": "complete", "comm": rows, "env": {"device_type": device_type, "hosts": ["a"]},
-            "hardware": {"gpus": gpus}}
+def test_run_defaults_are_typed_values_not_user_input() -> None:
+    """On a GPU, run leaves --max-bytes unset, so the sweep keeps its cap at the devices' free memory."""
+    gpu = comm_options.build({}, COMM_DEFAULTS["cuda"])
+    assert gpu.max_bytes is None and comm_options.fits_device_memory(gpu, "cuda")
+    assert gpu.ops == tuple(comm_options.ALL_OPS)
+    asked = comm_options.build({"max_bytes": 2**26}, COMM_DEFAULTS["cuda"])
+    assert not comm_options.fits_device_memory(asked, "cuda")  # what the user typed is obeyed
+    cpu = comm_options.build({"ops": ("pt2pt",)}, COMM_DEFAULTS["cpu"])
+    assert cpu.ops == ("pt2pt",) and cpu.max_bytes == 16 * 2**20
 
 
-H100 = {"index": 0, "nvlink_gbps": 450.0, "nvlink_version": 4, "nvlink_active": 18, "pcie_gbps": 63.0}
+def _run(busbw_gbs: float, gpus: list, device_type: str = "cuda", expected: dict | None = None):
+    doc = gpu_run_doc({"hostname": "a", "gpus": gpus}, verdicts=[], expected=expected or {},
+                      env={"hostname": "a", "device_type": device_type, "hosts": ["a"]})
+    for row in doc["comm"]:
+        row["busbw_gbps"] = busbw_gbs * 8
+    return as_run(doc)
+
+
+def _status(run, check: str) -> str | None:
+    return next((v.status for v in judge(run) if v.check == check), None)
+
+
+H100 = {"index": 0, "nvlink_gbps": 450.0, "nvlink_version": 4, "nvlink_active": 18, "pcie": {"gbps": 63.0}}
 
 
 def test_bandwidth_verdict_against_the_link_and_an_expected_figure() -> None:
-    good = judge(_doc(360 * 8, [H100] * 8))  # 360 GB/s of 450: the usual ceiling without NVLS
-    assert [c["status"] for c in good if c["check"] == "comm bandwidth"] == ["PASS"]
-    slow = judge(_doc(100 * 8, [H100] * 8))
-    assert [c["status"] for c in slow if c["check"] == "comm bandwidth"] == ["WARN"]
-    nvls = judge(_doc(480 * 8, [H100] * 8))  # in-switch reduction beats the line: not an error
-    assert overall(nvls) == "PASS"
-    expected = judge(_doc(360 * 8, [H100] * 8), expect_busbw_gbs=420)  # 360 < 0.9 x 420
-    assert [c["status"] for c in expected if c["check"] == "comm bandwidth"] == ["FAIL"]
-    assert overall(expected) == "FAIL"
+    assert _status(_run(360, [H100] * 8), "comm bandwidth") == "PASS"  # 80% of 450: the usual ceiling
+    assert _status(_run(100, [H100] * 8), "comm bandwidth") == "WARN"
+    assert overall(judge(_run(480, [H100] * 8))) == "PASS"  # in-switch reduction beats the line: no error
+    expected = _run(360, [H100] * 8, expected={"comm.all_reduce.busbw_gbps.top": 420 * 8})  # 360 < 0.9 x 420
+    assert _status(expected, "comm bandwidth expected") == "FAIL" and overall(judge(expected)) == "FAIL"
+    assert _status(_run(360, [H100] * 8), "comm bandwidth expected") is None  # nothing expected: no line
+    assert _status(_run(360, [], device_type="cpu"), "comm bandwidth") == "SKIP"
 
 
 def test_a_downtrained_pcie_link_under_load_is_a_warning() -> None:
-    loaded = {**H100, "pcie_under_load": True, "pcie_downtrained": False}
-    slow = {**loaded, "pcie_downtrained": True}
-    assert overall(judge(_doc(360 * 8, [loaded, slow]))) == "WARN"
-    assert overall(judge(_doc(360 * 8, [loaded, loaded]))) == "PASS"
-    idle = {**H100, "pcie_downtrained": True, "pcie_under_load": False}  # idle links park: not judged
-    checks = judge(_doc(360 * 8, [idle, idle]))
-    assert overall(checks) == "PASS" and "not judged" in checks[0]["detail"]
+    loaded = {**H100, "pcie": {"gbps": 63.0, "under_load": True, "downtrained": False}}
+    slow = {**H100, "pcie": {"gbps": 63.0, "under_load": True, "downtrained": True}}
+    assert _status(_run(360, [loaded, slow]), "PCIe links") == "WARN"
+    assert _status(_run(360, [loaded, loaded]), "PCIe links") == "PASS"
+    idle = {**H100, "pcie": {"gbps": 63.0, "under_load": False, "downtrained": True}}
+    assert _status(_run(360, [idle, idle]), "PCIe links") is None  # idle links park: not judged

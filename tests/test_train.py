@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, read_run, run_cli
+from conftest import GPT2, assert_one_line_error, read_run, run_cli
 
 from clusterbench.train import flops, models
 
@@ -163,10 +163,6 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     gpt2 = tmp_path / "gpt2.json"
     gpt2.write_text(json.dumps(GPT2))
     return {"bad_config": bad_config, "bad_data": bad_data, "gpt2": gpt2}
-
-
-# Not Llama-style, and naming its position limit n_positions.
-GPT2 = {"model_type": "gpt2", "vocab_size": 4096, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 32}
 
 
 @pytest.mark.parametrize("args, needle", [

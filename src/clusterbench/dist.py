@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from clusterbench import __version__
 from clusterbench.errors import UsageError
+from clusterbench.results.schema import Env
 
 KNOWN_BACKENDS = ("nccl", "gloo", "mpi")
 
@@ -126,29 +127,29 @@ def device_name(device: torch.device) -> str:
     if device.type == "cpu":
         from clusterbench.hw.host import cpu
 
-        return cpu()["model"] or "cpu"
+        return cpu().model or "cpu"
     return str(device)
 
 
-def environment(worker: Worker) -> dict:
+def environment(worker: Worker) -> Env:
     """Facts every run.json records; gathered from all ranks, so call it on every rank."""
-    mine = {"host": socket.gethostname(), "device": device_name(worker.device)}
-    everyone: list[dict] = [{} for _ in range(worker.world_size)]
+    mine = (socket.gethostname(), device_name(worker.device))
+    everyone: list[tuple[str, str]] = [("", "")] * worker.world_size
     dist.all_gather_object(everyone, mine)
-    return {
-        "hostname": socket.gethostname(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "clusterbench": __version__,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "backend": worker.backend,
-        "backend_version": backend_version(worker.backend),
-        "world_size": worker.world_size,
-        "device_type": worker.device.type,
-        "hosts": sorted({e["host"] for e in everyone}),
-        "devices": [e["device"] for e in everyone],
-    }
+    return Env(
+        hostname=socket.gethostname(),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        clusterbench=__version__,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        backend=worker.backend,
+        backend_version=backend_version(worker.backend),
+        world_size=worker.world_size,
+        device_type=worker.device.type,
+        hosts=sorted({host for host, _ in everyone}),
+        devices=[device for _, device in everyone],
+    )
 
 
 def synchronize(device: torch.device) -> None:

@@ -1,9 +1,33 @@
-"""Errors a user can act on: the CLI prints them as one line and exits 2."""
+"""Errors a user can act on, and the exit code each one ends a command with.
+
+The CLI prints every one of them as a single line; nothing else reaches the user as a traceback.
+"""
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
     """Bad input or an environment that cannot do what was asked (exit code 2)."""
 
+    exit_code = EXIT_USAGE
+
 
 class RunFailed(Exception):
-    """The run started but did not complete as it should (exit code 1)."""
+    """The run started but did not complete as it should, or a check failed (exit code 1)."""
+
+    exit_code = EXIT_FAILED
+
+
+class Interrupted(RunFailed):
+    """Ctrl-C: every rank was stopped (exit code 130)."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an error; foreign exceptions keep their type name so the cause stays visible."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    if isinstance(exc, (UsageError, RunFailed)):
+        return first
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

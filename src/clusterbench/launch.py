@@ -18,35 +18,16 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
 from clusterbench.dist import DistConfig, Worker, init
-from clusterbench.errors import RunFailed, UsageError
-from clusterbench.results import mark_finished
+from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
+from clusterbench.rank import Progress
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # After the first rank fails, the others get this long to notice and exit on their own.
 GRACE_S = 3.0
-
-
-class Progress:
-    """Where a rank is, so the parent can say what a dead or stuck rank was doing."""
-
-    def __init__(self, rank: int, channel: Any = None) -> None:
-        self.rank = rank
-        self._channel = channel
-
-    def at(self, where: str) -> None:
-        if self._channel is not None:
-            self._channel.put(("at", self.rank, where))
-
-    def error(self, kind: str, message: str) -> None:
-        if self._channel is not None:
-            self._channel.put((kind, self.rank, message))
-
 
 JobFn = Callable[[Worker, Any, Progress], None]
 
@@ -58,7 +39,14 @@ class Job:
     fn: JobFn
     payload: Any
     dist: DistConfig
-    run_dir: Path
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the whole job ended: one exit code and, unless it is 0, one line naming the root cause."""
+
+    code: int
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,33 +74,25 @@ def launched_by() -> LaunchedBy | None:
     return None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if not isinstance(exc, (UsageError, RunFailed)) else first
-
-
-def _run_rank(job: Job, worker_args: dict, progress: Progress, owns_status: bool) -> int:
-    """Run the job on this rank and turn every outcome into an exit code."""
+def _run_rank(job: Job, worker_args: dict, progress: Progress) -> Outcome:
+    """Run the job on this rank and turn every ending into an exit code and one line."""
     warnings.filterwarnings("ignore")
     try:
         worker = init(job.dist, **worker_args)
         job.fn(worker, job.payload, progress)
-        return EXIT_OK
+        return Outcome(EXIT_OK)
     except UsageError as e:
-        code, kind, message = EXIT_USAGE, "usage", _one_line(e)
+        code, kind, message = EXIT_USAGE, "usage", one_line(e)
     except KeyboardInterrupt:
         code, kind, message = EXIT_INTERRUPTED, "failed", "interrupted"
     except RunFailed as e:
-        code, kind, message = EXIT_FAILED, "result", _one_line(e)
+        code, kind, message = EXIT_FAILED, "result", one_line(e)
     except Exception as e:  # noqa: BLE001 - any failure of a rank becomes one line, not a traceback
-        code, kind, message = EXIT_FAILED, "failed", _one_line(e)
+        code, kind, message = EXIT_FAILED, "failed", one_line(e)
         if os.environ.get("CLUSTERBENCH_DEBUG"):
             traceback.print_exc()
     progress.error(kind, message)
-    if owns_status and progress.rank == 0:
-        mark_finished(job.run_dir, "interrupted" if code == EXIT_INTERRUPTED else "failed", message)
-    return code
+    return Outcome(code, message)
 
 
 def _spawned(job: Job, rank: int, world_size: int, port: int, channel: Any) -> None:
@@ -123,7 +103,7 @@ def _spawned(job: Job, rank: int, world_size: int, port: int, channel: Any) -> N
         timeout=datetime.timedelta(seconds=job.dist.timeout_s),
     )
     args = {"rank": rank, "world_size": world_size, "local_rank": rank, "store": store}
-    code = _run_rank(job, args, Progress(rank, channel), owns_status=False)
+    code = _run_rank(job, args, Progress(rank, channel)).code
     sys.stdout.flush()
     sys.stderr.flush()
     channel.close()
@@ -139,34 +119,28 @@ def _loopback_name() -> str:
     return "lo"
 
 
-def run(job: Job, nproc: int) -> int:
-    """Run the job on every rank and return the exit code for the whole run."""
+def run(job: Job, nproc: int) -> Outcome:
+    """Run the job on every rank (spawned here, or this process's rank of a launcher's job)."""
     joined = launched_by()
     if joined is not None:
         return _run_joined(job, joined)
     return _run_local(job, nproc)
 
 
-def _run_joined(job: Job, me: LaunchedBy) -> int:
+def _run_joined(job: Job, me: LaunchedBy) -> Outcome:
     os.environ.setdefault("RANK", str(me.rank))
     os.environ.setdefault("WORLD_SIZE", str(me.world_size))
     if "MASTER_ADDR" not in os.environ and job.dist.backend != "mpi":
         raise UsageError(f"launched by {me.launcher}: set MASTER_ADDR (and MASTER_PORT) to rank 0's host")
     os.environ.setdefault("MASTER_PORT", "29500")
     args = {"rank": me.rank, "world_size": me.world_size, "local_rank": me.local_rank}
-    progress = _PrintingProgress(me.rank)
-    code = _run_rank(job, args, progress, owns_status=True)
-    if dist.is_initialized() and code == EXIT_OK:
+    # Under an external launcher there is no supervisor: each rank reports its own ending.
+    outcome = _run_rank(job, args, Progress(me.rank))
+    if dist.is_initialized() and outcome.code == EXIT_OK:
         dist.destroy_process_group()
-    return code
-
-
-class _PrintingProgress(Progress):
-    """Under an external launcher there is no parent to tell: each rank prints its own error."""
-
-    def error(self, kind: str, message: str) -> None:
-        if kind != "usage" or self.rank == 0:
-            print(f"clusterbench: error: rank {self.rank}: {message}", file=sys.stderr, flush=True)
+    if outcome.message and me.world_size > 1:
+        return Outcome(outcome.code, f"rank {me.rank}: {outcome.message}")
+    return outcome
 
 
 @dataclass
@@ -187,7 +161,7 @@ class _Watch:
         return f" during {self.where[rank]}" if rank in self.where else ""
 
 
-def _run_local(job: Job, nproc: int) -> int:
+def _run_local(job: Job, nproc: int) -> Outcome:
     ctx = mp.get_context("spawn")
     channel = ctx.Queue()
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
@@ -203,21 +177,10 @@ def _run_local(job: Job, nproc: int) -> int:
         hung = _supervise(procs, channel, watch)
     except KeyboardInterrupt:
         _stop(procs)
-        mark_finished(job.run_dir, "interrupted", "interrupted by the user")
-        raise RunFailedInterrupted(f"interrupted; the rows measured so far are in {job.run_dir}") from None
+        return Outcome(EXIT_INTERRUPTED, "interrupted by the user")
     finally:
         _drain(channel, watch)
-    code, message = _verdict(procs, watch, hung, job.dist.timeout_s)
-    if message is not None:
-        mark_finished(job.run_dir, "failed", message)
-        if code == EXIT_USAGE:
-            raise UsageError(message)
-        raise RunFailed(message)
-    return code
-
-
-class RunFailedInterrupted(RunFailed):
-    """Ctrl-C: the CLI exits 130."""
+    return _outcome(procs, watch, hung, job.dist.timeout_s)
 
 
 def _supervise(procs: list, channel: Any, watch: _Watch) -> list[int]:
@@ -256,28 +219,26 @@ def _stop(procs: list) -> None:
             p.join(timeout=5)
 
 
-def _verdict(procs: list, watch: _Watch, hung: list[int], timeout_s: float) -> tuple[int, str | None]:
+def _outcome(procs: list, watch: _Watch, hung: list[int], timeout_s: float) -> Outcome:
     """One exit code and one line for the whole run, the root cause first."""
     codes = {r: p.exitcode for r, p in enumerate(procs)}
     usage = [r for r, (kind, _) in sorted(watch.errors.items()) if kind == "usage"]
     if usage:
-        return EXIT_USAGE, watch.errors[usage[0]][1]
+        return Outcome(EXIT_USAGE, watch.errors[usage[0]][1])
     died = [r for r, c in codes.items() if c not in (0, None) and r not in watch.errors and r not in hung]
     if died:
         r = died[0]
         how = f"killed by {signal.Signals(-codes[r]).name}" if codes[r] < 0 else f"exit code {codes[r]}"
-        return EXIT_FAILED, f"rank {r} died ({how}){watch.during(r)}; the other ranks were stopped"
+        return Outcome(EXIT_FAILED, f"rank {r} died ({how}){watch.during(r)}; the other ranks were stopped")
     if hung:
         r = hung[0]
-        return EXIT_FAILED, (
-            f"rank {r} stopped responding{watch.during(r)}; the other ranks gave up "
-            f"after the {timeout_s:g} s timeout"
-        )
+        return Outcome(EXIT_FAILED, f"rank {r} stopped responding{watch.during(r)}; the other ranks gave up "
+                                    f"after the {timeout_s:g} s timeout")
     results = [r for r, (kind, _) in sorted(watch.errors.items()) if kind == "result"]
     if results:
-        return EXIT_FAILED, watch.errors[results[0]][1]
+        return Outcome(EXIT_FAILED, watch.errors[results[0]][1])
     failed = sorted(watch.errors)
     if failed:
         r = failed[0]
-        return EXIT_FAILED, f"rank {r}: {watch.errors[r][1]}"
-    return EXIT_OK, None
+        return Outcome(EXIT_FAILED, f"rank {r}: {watch.errors[r][1]}")
+    return Outcome(EXIT_OK)

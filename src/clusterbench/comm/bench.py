@@ -4,65 +4,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import torch
 
 from clusterbench import faults
-from clusterbench.comm import table
-from clusterbench.comm.ops import ALL_OPS, OPS, REDUCE_OPS, Ctx, InPlace, Op
-from clusterbench.comm.sizes import count_for, human
+from clusterbench.comm import options, table
+from clusterbench.comm.ops import OPS, Ctx, InPlace, Op
+from clusterbench.comm.sizes import count_for
 from clusterbench.comm.timing import RankReducer, time_op
-from clusterbench.comm.values import DTYPE_ALIASES, DTYPES, Values, dtype_named
-from clusterbench.dist import Worker, environment, synchronize
-from clusterbench.errors import RunFailed, UsageError
-from clusterbench.launch import Progress
-from clusterbench.results import COMM_COLUMNS, CommRow, RunFolder
-
-
-@dataclass(frozen=True)
-class CommOptions:
-    ops: tuple[str, ...]
-    sizes: tuple[int, ...]  # requested bytes; each op rounds to whole elements and chunks
-    dtype: str = "float32"
-    reduce_op: str = "sum"
-    in_place: bool = False
-    root: int = 0
-    iters: int | None = None  # None: auto
-    warmup: int = 5
-    time_budget_s: float = 0.25
-    rank_time: str = "max"
-    check: bool = True
-    unit: str = "Gbps"
-    fit_device_memory: bool = False  # the default GPU sweep: drop sizes the devices cannot hold
-
-
-def parse_ops(text: str, bidirectional: bool = False) -> tuple[str, ...]:
-    names = ALL_OPS if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in OPS]
-    if unknown or not names:
-        raise UsageError(f"unknown op {', '.join(unknown) or text!r}: choose from {', '.join(ALL_OPS)} or all")
-    if bidirectional:
-        names = ["pt2pt_bidir" if n == "pt2pt" else n for n in names]
-    return tuple(dict.fromkeys(names))
-
-
-def validate(opts: CommOptions, world_size: int) -> None:
-    """Refuse, before any collective runs, what cannot work at this world size."""
-    if DTYPE_ALIASES.get(opts.dtype, opts.dtype) not in DTYPES:
-        raise UsageError(f"unknown dtype {opts.dtype!r}: choose from {', '.join(DTYPES)}")
-    if opts.reduce_op not in REDUCE_OPS:
-        raise UsageError(f"unknown reduce op {opts.reduce_op!r}: choose from {', '.join(REDUCE_OPS)}")
-    if not 0 <= opts.root < world_size:
-        raise UsageError(f"--root {opts.root} is not a rank of this {world_size}-rank job")
-    for name in opts.ops:
-        if world_size < OPS[name].min_ranks:
-            raise UsageError(f"{name} needs at least {OPS[name].min_ranks} ranks; this job has {world_size}")
-    if opts.iters is not None and opts.iters < 1:
-        raise UsageError(f"--iters must be a positive number or auto, got {opts.iters}")
-    if opts.warmup < 1:
-        raise UsageError(f"--warmup must be at least 1, got {opts.warmup}")
+from clusterbench.comm.values import Values, dtype_named
+from clusterbench.dist import Worker, synchronize
+from clusterbench.errors import UsageError
+from clusterbench.rank import Progress, Rank
+from clusterbench.results.schema import CommOptions, CommRow
+from clusterbench.units import human_bytes
 
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool) -> Ctx:
@@ -82,13 +38,13 @@ def _allocate(op: Op, ctx: Ctx) -> dict[str, torch.Tensor]:
     except (torch.OutOfMemoryError, RuntimeError) as e:
         if "memory" not in str(e).lower() and not isinstance(e, torch.OutOfMemoryError):
             raise
-        size = human(ctx.count * ctx.values.dtype.itemsize)
+        size = human_bytes(ctx.count * ctx.values.dtype.itemsize)
         raise UsageError(f"{op.name} {size}: out of memory on {ctx.device}; lower --max-bytes") from None
 
 
 def probe(worker: Worker, opts: CommOptions) -> None:
     """Run each op once on a few elements: the backend refuses unsupported dtypes/reductions here."""
-    for name in opts.ops:
+    for name in options.op_names(opts):
         op = OPS[name]
         ctx = _ctx(op, worker, opts, op.granularity(worker.world_size), zeros=False)
         try:
@@ -112,10 +68,10 @@ def check(op: Op, ctx: Ctx) -> int:
     return ctx.values.mismatches(bufs["out"], want)
 
 
-def sizes_for(op: Op, opts: CommOptions, world_size: int) -> list[int]:
+def counts_for(op: Op, opts: CommOptions, sizes: list[int], world_size: int) -> list[int]:
     elem = dtype_named(opts.dtype).itemsize
     gran = op.granularity(world_size)
-    return sorted({count_for(s, elem, gran) for s in opts.sizes})
+    return sorted({count_for(s, elem, gran) for s in sizes})
 
 
 def measure(op: Op, worker: Worker, opts: CommOptions, count: int) -> CommRow:
@@ -148,8 +104,9 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int) -> CommRow:
     )
 
 
-def sweep(worker: Worker, opts: CommOptions, progress: Progress) -> Iterator[tuple[Op, CommRow]]:
-    plan = [(OPS[name], count) for name in opts.ops for count in sizes_for(OPS[name], opts, worker.world_size)]
+def sweep(worker: Worker, opts: CommOptions, sizes: list[int], progress: Progress) -> Iterator[tuple[Op, CommRow]]:
+    plan = [(OPS[name], count) for name in options.op_names(opts)
+            for count in counts_for(OPS[name], opts, sizes, worker.world_size)]
     for i, (op, count) in enumerate(plan, 1):
         where = f"{op.name} {count * dtype_named(opts.dtype).itemsize} B"
         progress.at(where)
@@ -162,50 +119,42 @@ def sweep(worker: Worker, opts: CommOptions, progress: Progress) -> Iterator[tup
         yield op, row
 
 
-def fit_to_memory(worker: Worker, opts: CommOptions) -> CommOptions:
-    """Cap the sweep at a power of two <= a quarter of the free memory of the fullest device.
+def fit_to_memory(worker: Worker, sizes: list[int]) -> list[int]:
+    """Sizes up to a power of two <= a quarter of the free memory of the fullest device.
 
     Measured on every rank after it owns its device, and agreed on with a MIN, so every rank
     sweeps the same sizes."""
-    if not opts.fit_device_memory or worker.device.type != "cuda":
-        return opts
     free = torch.tensor([torch.cuda.mem_get_info(worker.device)[0]], dtype=torch.int64, device=worker.device)
     torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
     cap = 1 << max(3, (int(free.item()) // 4).bit_length() - 1)
-    return replace(opts, sizes=tuple(s for s in opts.sizes if s <= cap) or (min(opts.sizes),))
+    return [s for s in sizes if s <= cap] or [min(sizes)]
 
 
-def run_comm(worker: Worker, opts: CommOptions, progress: Progress, folder: RunFolder | None) -> list[CommRow]:
+def run_comm(rank: Rank, opts: CommOptions) -> None:
     """The benchmark on every rank; rank 0 prints and records each row as it arrives."""
-    validate(opts, worker.world_size)
-    opts = fit_to_memory(worker, opts)
-    env = environment(worker)
+    worker, folder = rank.worker, rank.folder
+    sizes = options.sizes(opts, worker.device.type)
+    if options.fits_device_memory(opts, worker.device.type):
+        sizes = fit_to_memory(worker, sizes)
     if folder is not None:
-        folder.update_env(env)
-        folder.set("comm_options", asdict(opts))
+        folder.record(comm_options=opts)
     probe(worker, opts)
-    main = worker.is_main
-    if main:
-        print(f"# clusterbench comm: {worker.world_size} ranks, backend {worker.backend}, "
-              f"device {env['devices'][0]}, {opts.dtype}", flush=True)
+    rank.say(f"# clusterbench comm: {worker.world_size} ranks, backend {worker.backend}, "
+             f"device {rank.env.devices[0]}, {opts.dtype}")
     rows: list[CommRow] = []
-    current = None
-    for op, row in sweep(worker, opts, progress):
-        if main and op.name != current:
-            if current is not None:
-                print(table.summary(current, [r for r in rows if r.op == current], opts.unit, opts.check))
-            current = op.name
-            print(table.header(op.name, opts.unit), flush=True)
+
+    def close_table() -> None:
+        done = rows[-1].op
+        rank.say(table.summary(done, [r for r in rows if r.op == done], opts.unit, opts.check))
+
+    for op, row in sweep(worker, opts, sizes, rank.progress):
+        if not rows or rows[-1].op != op.name:
+            if rows:
+                close_table()
+            rank.say(table.header(op.name, opts.unit))
         rows.append(row)
-        if main:
-            print(table.line(row, opts.unit, opts.check), flush=True)
-            if folder is not None:
-                folder.append("comm", row, COMM_COLUMNS)
-    if main and current is not None:
-        print(table.summary(current, [r for r in rows if r.op == current], opts.unit, opts.check), flush=True)
-    bad = [r for r in rows if r.wrong]
-    if bad:
-        where = ", ".join(f"{r.op} {r.size_bytes} B ({r.wrong} wrong)" for r in bad[:5])
-        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise RunFailed(f"correctness check failed: {where}{more}")
-    return rows
+        rank.say(table.line(row, opts.unit, opts.check))
+        if folder is not None:
+            folder.append("comm", row)
+    if rows:
+        close_table()

@@ -3,7 +3,7 @@
 Each entry says only what differs between collectives (the nccl-tests design): the
 bus-bandwidth factor, whether the Size buffer splits into n per-rank chunks, whether it can
 run in place, which buffers it needs, how to call it, and what every rank must hold after.
-Sizes and factors follow ../shared/REFERENCE.md section 1 (the nccl-tests convention):
+Sizes and factors follow the nccl-tests convention (docs/methodology.md §1):
 `count` is always the element count of the buffer the Size column describes.
 """
 
@@ -165,7 +165,7 @@ def _pt2pt_run(c: Ctx, b: Buffers) -> None:
 def _pt2pt(name: str, bidirectional: bool) -> Op:
     return Op(
         name=name,
-        # Bidirectional counts the bytes moving both ways (REFERENCE.md section 1).
+        # Bidirectional counts the bytes moving both ways (docs/methodology.md §1).
         busbw_factor=lambda n: 2.0 if bidirectional else 1.0,
         per_rank_chunks=False,
         in_place=InPlace.NEVER,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from clusterbench.results import CommRow
+from clusterbench.results.schema import CommRow
+from clusterbench.units import BANDWIDTH_UNITS, bandwidth, duration
 
-UNITS = {"Gbps": ("Gbps", 1.0), "GBps": ("GB/s", 1 / 8)}
 _WIDTHS = (14, 30, 12, 18, 14, 8)
 
 
@@ -15,38 +15,21 @@ def _fmt(cells: tuple) -> str:
 
 
 def header(op: str, unit: str) -> str:
-    label = UNITS[unit][0]
+    label = BANDWIDTH_UNITS[unit][0]
     cols = ("Size (Bytes)", "Description", "Duration", f"Throughput ({label})", f"BusBW ({label})", "#wrong")
-    title = f"# {op}"
-    return f"{title}\n{_fmt(cols)}"
-
-
-def duration(us: float) -> str:
-    if us < 1000:
-        return f"{us:.2f} us"
-    if us < 1e6:
-        return f"{us / 1e3:.3f} ms"
-    return f"{us / 1e6:.3f} s"
-
-
-def describe(row: CommRow) -> str:
-    text = f"{row.count} x {row.dtype}"
-    if row.reduce_op:
-        text += f" {row.reduce_op}"
-    return text + (" in-place" if row.in_place else "")
+    return f"# {op}\n{_fmt(cols)}"
 
 
 def line(row: CommRow, unit: str, checked: bool) -> str:
-    scale = UNITS[unit][1]
-    busbw = "-" if row.world_size == 1 else f"{row.busbw_gbps * scale:.3f}"
+    busbw = "-" if row.world_size == 1 else bandwidth(row.busbw_gbps, unit)
     wrong = str(row.wrong) if checked else "-"
-    return _fmt((row.size_bytes, describe(row), duration(row.duration_us),
-                 f"{row.throughput_gbps * scale:.3f}", busbw, wrong))
+    return _fmt((row.size_bytes, row.description, duration(row.duration_us),
+                 bandwidth(row.throughput_gbps, unit), busbw, wrong))
 
 
 def summary(op: str, rows: list[CommRow], unit: str, checked: bool) -> str:
-    """nccl-tests' closing figure: the arithmetic mean of busbw over all sizes (REFERENCE.md 1)."""
-    label, scale = UNITS[unit]
+    """nccl-tests' closing figure: the arithmetic mean of busbw over all sizes (docs/methodology.md §1)."""
+    label, scale = BANDWIDTH_UNITS[unit]
     avg = sum(r.busbw_gbps for r in rows) / len(rows) * scale if rows else 0.0
     wrong = sum(r.wrong for r in rows)
     check = (f"{wrong} wrong elements: FAILED" if wrong else "all values OK") if checked else "not checked"

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clusterbench.hw import limits, peaks
+from clusterbench import limits
+from clusterbench.hw import peaks
 from clusterbench.hw.host import numa_of
 from clusterbench.hw.nvml import call, text
+from clusterbench.results.hardware import Gpu, NvLink, PcieLink
 
 # NVML C enum values (a stable ABI), kept literal so a fake NVML needs no constants.
 # nvmlDeviceGetNvLinkVersion answers nvmlNvlinkVersion_t, not the generation: an A100
@@ -37,27 +39,28 @@ PCIE_CALLS = (
 _SAMPLE_INTERVAL_S = 0.05
 
 
-def gpu(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+def gpu(nvml: Any, index: int, handle: Any) -> Gpu:
     name = text(call(nvml, "nvmlDeviceGetName", handle))
     pci = call(nvml, "nvmlDeviceGetPciInfo", handle)
     bus_id = _bus_key(text(pci.busId)) if pci is not None else None
     memory = call(nvml, "nvmlDeviceGetMemoryInfo", handle)
     links = _nvlinks(nvml, handle)
-    active = [link for link in links if link["active"]]
-    gen = max((link["version"] or 0 for link in active), default=0) or None
-    return {
-        "index": index,
-        "name": name,
-        "uuid": text(call(nvml, "nvmlDeviceGetUUID", handle)),
-        "bus_id": bus_id,
-        "numa_node": numa_of(Path("/sys/bus/pci/devices") / bus_id) if bus_id else None,
-        "memory_bytes": memory.total if memory is not None else None,
-        "peak_bf16_tflops": limits.peak_tflops(name, "bfloat16") if name else None,
-        "nvlink_links": links,
-        "nvlink_active": len(active),
-        "nvlink_version": gen,
-        "nvlink_gbps": limits.nvlink_gbps(gen, len(active)) if gen else None,
-    } | _pcie_fields(*_pcie(nvml, handle), under_load=False)
+    active = [link for link in links if link.active]
+    gen = max((link.version or 0 for link in active), default=0) or None
+    return Gpu(
+        index=index,
+        name=name,
+        uuid=text(call(nvml, "nvmlDeviceGetUUID", handle)),
+        bus_id=bus_id,
+        numa_node=numa_of(Path("/sys/bus/pci/devices") / bus_id) if bus_id else None,
+        memory_bytes=memory.total if memory is not None else None,
+        peak_bf16_tflops=limits.peak_tflops(name, "bfloat16") if name else None,
+        nvlink_links=links,
+        nvlink_active=len(active),
+        nvlink_version=gen,
+        nvlink_gbps=limits.nvlink_gbps(gen, len(active)) if gen else None,
+        pcie=_pcie_link(*_pcie(nvml, handle), under_load=False),
+    )
 
 
 def _pcie(nvml: Any, handle: Any) -> tuple[int | None, ...]:
@@ -65,25 +68,25 @@ def _pcie(nvml: Any, handle: Any) -> tuple[int | None, ...]:
     return tuple(call(nvml, name, handle) for name in PCIE_CALLS)
 
 
-def _pcie_fields(
+def _pcie_link(
     gen: int | None, width: int | None, gen_max: int | None, width_max: int | None, under_load: bool
-) -> dict[str, Any]:
+) -> PcieLink:
     known = None not in (gen, width, gen_max, width_max)
     downtrained = (gen < gen_max or width < width_max) if known else None
-    return {
-        "pcie_gen_current": gen,
-        "pcie_width_current": width,
-        "pcie_gen_max": gen_max,
-        "pcie_width_max": width_max,
-        "pcie_gbps": limits.pcie_gbps(gen_max, width_max) if gen_max and width_max else None,
-        "pcie_gbps_current": limits.pcie_gbps(gen, width) if gen and width else None,
-        "pcie_downtrained": downtrained,
-        "pcie_under_load": under_load,
-        "pcie_note": _IDLE_PCIE_NOTE if downtrained and not under_load else None,
-    }
+    return PcieLink(
+        gen_current=gen,
+        width_current=width,
+        gen_max=gen_max,
+        width_max=width_max,
+        gbps=limits.pcie_gbps(gen_max, width_max) if gen_max and width_max else None,
+        gbps_current=limits.pcie_gbps(gen, width) if gen and width else None,
+        downtrained=downtrained,
+        under_load=under_load,
+        note=_IDLE_PCIE_NOTE if downtrained and not under_load else None,
+    )
 
 
-def _nvlinks(nvml: Any, handle: Any) -> list[dict[str, Any]]:
+def _nvlinks(nvml: Any, handle: Any) -> list[NvLink]:
     links = []
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         # NotSupported (no NVLink) or InvalidArgument (past this GPU's last link).
@@ -96,31 +99,31 @@ def _nvlinks(nvml: Any, handle: Any) -> list[dict[str, Any]]:
         if active:
             remote = call(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             remote_type = call(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
-        links.append({
-            "link": link,
-            "active": active,
-            "version": _NVLINK_ENUM_TO_GEN.get(raw_version),
-            "nvml_version": raw_version,
-            "remote_bus_id": _bus_key(text(remote.busId)) if remote is not None else None,
-            "remote_type": _NVLINK_REMOTE_TYPES.get(remote_type),
-        })
+        links.append(NvLink(
+            link=link,
+            active=active,
+            version=_NVLINK_ENUM_TO_GEN.get(raw_version),
+            nvml_version=raw_version,
+            remote_bus_id=_bus_key(text(remote.busId)) if remote is not None else None,
+            remote_type=_NVLINK_REMOTE_TYPES.get(remote_type),
+        ))
     return links
 
 
-def topology_matrix(gpus: list[dict[str, Any]], level: Callable[[int, int], str]) -> list[list[str]]:
+def topology_matrix(gpus: list[Gpu], level: Callable[[int, int], str]) -> list[list[str]]:
     """`nvidia-smi topo -m` cells: X, NV# (# links joining the pair), else the PCIe path."""
-    index_of = {gpu["bus_id"]: gpu["index"] for gpu in gpus if gpu["bus_id"]}
+    index_of = {gpu.bus_id: gpu.index for gpu in gpus if gpu.bus_id}
     n = len(gpus)
     direct = [[0] * n for _ in range(n)]
     to_switch = [0] * n
     for gpu in gpus:
-        for link in gpu["nvlink_links"]:
-            if not link["active"]:
+        for link in gpu.nvlink_links:
+            if not link.active:
                 continue
-            if link["remote_type"] == "NVSwitch":
-                to_switch[gpu["index"]] += 1
-            elif link["remote_bus_id"] in index_of:
-                direct[gpu["index"]][index_of[link["remote_bus_id"]]] += 1
+            if link.remote_type == "NVSwitch":
+                to_switch[gpu.index] += 1
+            elif link.remote_bus_id in index_of:
+                direct[gpu.index][index_of[link.remote_bus_id]] += 1
 
     def cell(a: int, b: int) -> str:
         if a == b:
@@ -139,10 +142,11 @@ def pcie_level(nvml: Any, handles: list[Any], a: int, b: int) -> str:
     return _TOPO_LEGEND.get(found, "?")
 
 
-def pcie_under_load(nvml: Any, handles: list[Any], seconds: float) -> list[dict[str, Any]]:
-    """PCIe readings taken while host-to-device copies keep every visible GPU busy."""
+def pcie_under_load(nvml: Any, handles: list[Any], devices: list[int], seconds: float) -> list[PcieLink | None]:
+    """PCIe readings of the GPUs behind `handles`, taken while host-to-device copies keep the
+    CUDA devices `devices` busy; None for a GPU that could not be kept busy."""
     samples: list[list[tuple[int | None, ...]]] = [[] for _ in handles]
-    with peaks.busy_gpus() as busy:
+    with peaks.busy_gpus(devices) as busy:
         deadline = time.monotonic() + seconds
         while True:
             for i, handle in enumerate(handles):
@@ -150,17 +154,25 @@ def pcie_under_load(nvml: Any, handles: list[Any], seconds: float) -> list[dict[
             if not busy or time.monotonic() >= deadline:
                 break
             time.sleep(_SAMPLE_INTERVAL_S)
-    loaded = {_uuid_key(uuid) for uuid in busy}
-    readings = []
+    loaded = {uuid_key(uuid) for uuid in busy}
+    readings: list[PcieLink | None] = []
     for i, handle in enumerate(handles):
+        uuid = uuid_key(text(call(nvml, "nvmlDeviceGetUUID", handle)))
+        if not uuid or uuid not in loaded:
+            readings.append(None)
+            continue
         # The link trains up with traffic; the highest reading is what it can hold.
         best = [max((v for v in col if v is not None), default=None) for col in zip(*samples[i])]
-        uuid = _uuid_key(text(call(nvml, "nvmlDeviceGetUUID", handle)))
-        readings.append(_pcie_fields(*best, under_load=bool(uuid) and uuid in loaded))
+        readings.append(_pcie_link(*best, under_load=True))
     return readings
 
 
-def _uuid_key(uuid: str | None) -> str:
+def handle_of(nvml: Any, uuid: str) -> Any:
+    """The NVML handle of the GPU torch calls `uuid`, or None."""
+    return call(nvml, "nvmlDeviceGetHandleByUUID", f"GPU-{uuid_key(uuid)}")
+
+
+def uuid_key(uuid: str | None) -> str:
     # NVML says "GPU-<uuid>", torch says "<uuid>".
     return (uuid or "").lower().removeprefix("gpu-")
 

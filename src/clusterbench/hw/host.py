@@ -6,9 +6,10 @@ import os
 import platform
 import re
 from pathlib import Path
-from typing import Any
 
 import torch
+
+from clusterbench.results.hardware import Cpu, NumaNode
 
 
 def read(path: Path) -> str | None:
@@ -33,7 +34,7 @@ def numa_of(device: Path) -> int | None:
     return node if node is not None and node >= 0 else None
 
 
-def cpu() -> dict[str, Any]:
+def cpu() -> Cpu:
     model = None
     for line in (read(Path("/proc/cpuinfo")) or "").splitlines():
         if line.startswith("model name"):
@@ -42,14 +43,13 @@ def cpu() -> dict[str, Any]:
     cores = set()
     for topo in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology"):
         cores.add((read(topo / "physical_package_id"), read(topo / "core_id")))
-    return {
+    return Cpu(
         # Arm CPUs have no "model name" line.
-        "model": model or platform.processor() or platform.machine() or None,
-        "logical_cores": os.cpu_count(),
-        "physical_cores": len(cores) or None,
-        # What a container or cgroup lets this process use.
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-    }
+        model=model or platform.processor() or platform.machine() or None,
+        logical_cores=os.cpu_count(),
+        physical_cores=len(cores) or None,
+        usable_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    )
 
 
 def meminfo_bytes(path: Path = Path("/proc/meminfo"), key: str = "MemTotal") -> int | None:
@@ -58,18 +58,13 @@ def meminfo_bytes(path: Path = Path("/proc/meminfo"), key: str = "MemTotal") -> 
     return int(match.group(1)) * 1024 if match else None
 
 
-def numa_nodes() -> list[dict[str, Any]]:
-    nodes = []
-    for node in Path("/sys/devices/system/node").glob("node[0-9]*"):
-        nodes.append({
-            "node": int(node.name[4:]),
-            "cpus": read(node / "cpulist"),
-            "memory_bytes": meminfo_bytes(node / "meminfo", "MemTotal"),
-        })
-    return sorted(nodes, key=lambda n: n["node"])
+def numa_nodes() -> list[NumaNode]:
+    nodes = [NumaNode(int(node.name[4:]), read(node / "cpulist"), meminfo_bytes(node / "meminfo", "MemTotal"))
+             for node in Path("/sys/devices/system/node").glob("node[0-9]*")]
+    return sorted(nodes, key=lambda n: n.node)
 
 
-def versions() -> dict[str, Any]:
+def versions() -> dict[str, str | None]:
     """Software versions; "driver" is filled in from NVML when there is one."""
     return {
         "python": platform.python_version(),

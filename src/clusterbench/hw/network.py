@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from clusterbench.hw import limits
+from clusterbench import limits
 from clusterbench.hw.host import numa_of, read, read_int
+from clusterbench.results.hardware import Nic, RdmaPort
 
 _ARPHRD_INFINIBAND = "32"
 
 
-def net_interfaces(base: Path = Path("/sys/class/net")) -> list[dict[str, Any]]:
+def net_interfaces(base: Path = Path("/sys/class/net")) -> list[Nic]:
     interfaces = []
     for dev in sorted(base.iterdir()) if base.is_dir() else []:
         if dev.name == "lo":
@@ -20,20 +20,20 @@ def net_interfaces(base: Path = Path("/sys/class/net")) -> list[dict[str, Any]]:
         speed = read_int(dev / "speed")  # -1 or unreadable when unknown or down
         speed = speed if speed and speed > 0 else None
         link_layer = "InfiniBand" if read(dev / "type") == _ARPHRD_INFINIBAND else "Ethernet"
-        interfaces.append({
-            "name": dev.name,
-            "operstate": read(dev / "operstate"),
-            "speed_mbps": speed,
-            "mtu": read_int(dev / "mtu"),
-            "link_layer": link_layer,
-            "virtual": not (dev / "device").exists(),
-            "numa_node": numa_of(dev / "device"),
-            "gbps": limits.nic_gbps(link_layer, speed / 1000) if speed else None,
-        })
+        interfaces.append(Nic(
+            name=dev.name,
+            operstate=read(dev / "operstate"),
+            speed_mbps=speed,
+            mtu=read_int(dev / "mtu"),
+            link_layer=link_layer,
+            virtual=not (dev / "device").exists(),
+            numa_node=numa_of(dev / "device"),
+            gbps=limits.nic_gbps(link_layer, speed / 1000) if speed else None,
+        ))
     return interfaces
 
 
-def rdma_ports(base: Path = Path("/sys/class/infiniband")) -> list[dict[str, Any]]:
+def rdma_ports(base: Path = Path("/sys/class/infiniband")) -> list[RdmaPort]:
     ports = []
     for dev in sorted(base.iterdir()) if base.is_dir() else []:
         port_dirs = (dev / "ports").iterdir() if (dev / "ports").is_dir() else []
@@ -44,16 +44,16 @@ def rdma_ports(base: Path = Path("/sys/class/infiniband")) -> list[dict[str, Any
             link_layer = read(port / "link_layer")  # "InfiniBand", or "Ethernet" for RoCE
             state = read(port / "state")  # e.g. "4: ACTIVE"
             known = bool(rate) and link_layer in ("InfiniBand", "Ethernet")
-            ports.append({
-                "device": dev.name,
-                "port": port.name,
-                "link_layer": link_layer,
-                "kind": "RoCE" if link_layer == "Ethernet" else link_layer,
-                "state": state.split(":", 1)[-1].strip() if state else None,
-                "rate_gbit": rate,
-                "rate_text": rate_text,
-                "label": limits.nic_label(link_layer, rate) if known else None,
-                "numa_node": numa_of(dev / "device"),
-                "gbps": limits.nic_gbps(link_layer, rate) if known else None,
-            })
+            ports.append(RdmaPort(
+                device=dev.name,
+                port=port.name,
+                link_layer=link_layer,
+                kind="RoCE" if link_layer == "Ethernet" else link_layer,
+                state=state.split(":", 1)[-1].strip() if state else None,
+                rate_gbit=rate,
+                rate_text=rate_text,
+                label=limits.nic_label(link_layer, rate) if known else None,
+                numa_node=numa_of(dev / "device"),
+                gbps=limits.nic_gbps(link_layer, rate) if known else None,
+            ))
     return ports

@@ -13,18 +13,20 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import replace
 
 import torch
 
+from clusterbench import limits
 from clusterbench.errors import UsageError
+from clusterbench.results.hardware import CopyPeak, DevicePeaks, MatmulPeak
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
 }
-# 8192³ is the GPU size REFERENCE.md §3 quotes; on a CPU 2048³ float32 takes a fraction of
+# 8192³ is the usual GPU size (docs/methodology.md §3); on a CPU 2048³ float32 takes a fraction of
 # a second, and the slower half-precision CPU kernels get 1024³.
 _GPU_MATMUL_N = 8192
 _CPU_MATMUL_N = {torch.float32: 2048}
@@ -38,7 +40,7 @@ _BUSY_CHUNK_BYTES = 64 << 20
 
 def measure_matmul_tflops(
     device: str = "cpu", dtype: str = "float32", n: int | None = None, seconds: float = 1.0
-) -> dict[str, Any]:
+) -> MatmulPeak:
     """Dense GEMM throughput: torch.mm of two n x n matrices, 2·n³ FLOP per call.
 
     Timing starts after warm-up and waits for the device (CUDA-synchronised), and runs
@@ -54,19 +56,11 @@ def measure_matmul_tflops(
     b = torch.randn(n, n, device=dev, dtype=torch_dtype)
     out = torch.empty(n, n, device=dev, dtype=torch_dtype)
     iters, elapsed = _time_steps(lambda: torch.mm(a, b, out=out), dev, seconds)
-    return {
-        "device": str(dev),
-        "dtype": str(torch_dtype).removeprefix("torch."),
-        "n": n,
-        "tflops": 2 * n**3 * iters / elapsed / 1e12,
-        "iters": iters,
-        "seconds": elapsed,
-    }
+    return MatmulPeak(device=str(dev), dtype=str(torch_dtype).removeprefix("torch."), n=n,
+                      tflops=2 * n**3 * iters / elapsed / 1e12, iters=iters, seconds=elapsed)
 
 
-def measure_copy_gbps(
-    device: str = "cpu", nbytes: int | None = None, seconds: float = 0.5
-) -> dict[str, Any]:
+def measure_copy_gbps(device: str = "cpu", nbytes: int | None = None, seconds: float = 0.5) -> CopyPeak:
     """Device memory bandwidth from tensor copies of `nbytes` each.
 
     Each copy reads nbytes and writes nbytes, so it counts 2 × nbytes of traffic (the
@@ -80,31 +74,34 @@ def measure_copy_gbps(
     src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
     iters, elapsed = _time_steps(lambda: dst.copy_(src), dev, seconds)
-    return {
-        "device": str(dev),
-        "nbytes": nbytes,
-        "gbps": 2 * nbytes * iters / elapsed / 1e9,
-        "iters": iters,
-        "seconds": elapsed,
-    }
+    return CopyPeak(device=str(dev), nbytes=nbytes, gbps=2 * nbytes * iters / elapsed / 1e9, iters=iters,
+                    seconds=elapsed)
+
+
+def measure_device(device: str, name: str, dtypes: list[str], n: int | None, seconds: float) -> DevicePeaks:
+    """Matmul TFLOP/s per dtype (with the datasheet figure where the table knows the device) and copy GB/s."""
+    matmul = [replace(measure_matmul_tflops(device, dtype, n=n, seconds=seconds),
+                      table_tflops=limits.peak_tflops(name, dtype)) for dtype in dtypes]
+    return DevicePeaks(device, name, matmul, measure_copy_gbps(device, seconds=min(seconds, 0.5)))
 
 
 @contextmanager
-def busy_gpus() -> Iterator[set[str]]:
-    """Keep every visible CUDA GPU busy with host-to-device copies inside the block.
+def busy_gpus(devices: list[int] | None = None) -> Iterator[set[str]]:
+    """Keep the CUDA devices `devices` (None: every visible one) busy with host-to-device copies.
 
     Yields the UUIDs (as torch prints them) of the GPUs kept busy; an empty set without
-    CUDA. Used to read PCIe link state under load: GPUs park the link when idle.
+    CUDA. Used to read PCIe link state under load: GPUs park the link when idle. A rank
+    passes only its own device, so no process opens a context on another's GPU.
     """
     if not torch.cuda.is_available():
         yield set()
         return
-    count = torch.cuda.device_count()
-    uuids = {str(torch.cuda.get_device_properties(i).uuid) for i in range(count)}
+    indices = list(range(torch.cuda.device_count())) if devices is None else devices
+    uuids = {str(torch.cuda.get_device_properties(i).uuid) for i in indices}
     pairs = [
         (torch.empty(_BUSY_CHUNK_BYTES, dtype=torch.uint8, pin_memory=True),
          torch.empty(_BUSY_CHUNK_BYTES, dtype=torch.uint8, device=f"cuda:{i}"))
-        for i in range(count)
+        for i in indices
     ]
     stop = threading.Event()
 
@@ -113,7 +110,7 @@ def busy_gpus() -> Iterator[set[str]]:
             for src, dst in pairs:
                 dst.copy_(src, non_blocking=True)
             # Waiting here (GIL released) keeps the queue short, so stopping is quick.
-            for i in range(count):
+            for i in indices:
                 torch.cuda.synchronize(i)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="clusterbench-busy") as pool:

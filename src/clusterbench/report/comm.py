@@ -2,46 +2,40 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any
-
-from clusterbench.comm.table import UNITS, describe, duration
-from clusterbench.hw import limits
-from clusterbench.hw.links import link_line
+from clusterbench import limits
+from clusterbench.analyse.links import link_line
 from clusterbench.report.blocks import details, esc, note, num, pct, section, table
 from clusterbench.report.plots import busbw_plot
-from clusterbench.results import CommRow
-
-_ROW_FIELDS = {f.name for f in fields(CommRow)}
-_BITS_PER_BYTE = 8
+from clusterbench.results.schema import CommOptions, CommRow, Run
+from clusterbench.units import BANDWIDTH_UNITS, BITS_PER_BYTE, bandwidth, duration
 
 
-def rows_by_op(doc: dict[str, Any]) -> dict[str, list[CommRow]]:
-    """run.json's comm rows as CommRow, grouped by op in run order, sorted by size."""
+def rows_by_op(run: Run) -> dict[str, list[CommRow]]:
+    """The run's comm rows grouped by op in run order, sorted by size."""
     grouped: dict[str, list[CommRow]] = {}
-    for raw in doc.get("comm") or []:
-        row = CommRow(**{k: v for k, v in raw.items() if k in _ROW_FIELDS})
+    for row in run.comm:
         grouped.setdefault(row.op, []).append(row)
     return {op: sorted(rows, key=lambda r: r.size_bytes) for op, rows in grouped.items()}
 
 
-def plot_count(doc: dict[str, Any]) -> int:
+def plot_count(run: Run) -> int:
     """How many plots comm_section draws: one per op, plus an overview when there are several."""
-    ops = len(rows_by_op(doc))
+    ops = len(rows_by_op(run))
     return ops + (1 if ops > 1 else 0)
 
 
-def comm_section(doc: dict[str, Any]) -> str:
-    groups = rows_by_op(doc)
-    options = doc.get("comm_options") or {}
-    unit = options.get("unit", "Gbps")
-    checked = options.get("check", True)
-    line, line_text = link_line(doc)
+def comm_section(run: Run) -> str:
+    groups = rows_by_op(run)
+    options = run.comm_options or CommOptions()
+    unit, checked = options.unit, options.check
+    line, line_text = link_line(run)
     line_label = f"theoretical {line_text}" if line else ""
     lead = (f"busbw follows the nccl-tests convention (algbw × the op's factor), so one line marks what the "
-            f"link allows for every op. Plots in GB/s; tables in {esc(UNITS[unit][0])}, as the run printed them.")
-    body = note(esc(line_text if not line else f"Theoretical line: {line_text}, one direction."))
-    if line and any(g.get("nvlink_version") == 4 for g in doc["hardware"]["gpus"]):
+            f"link allows for every op. Plots in GB/s; tables in {esc(BANDWIDTH_UNITS[unit][0])}, as the run "
+            f"printed them.")
+    why_not = line_text[:1].upper() + line_text[1:] + "."
+    body = note(esc(f"Theoretical line: {line_text}, one direction." if line else why_not))
+    if line and any(g.nvlink_version == 4 for g in run.hardware.gpus):
         body += note(esc(f"NVLink 4: {limits.NVLINK[4].note}."))
     series = {op: ([r.size_bytes for r in rows], [_gbs(r) for r in rows]) for op, rows in groups.items()}
     if len(groups) > 1:
@@ -52,12 +46,12 @@ def comm_section(doc: dict[str, Any]) -> str:
 
 
 def _gbs(row: CommRow) -> float:
-    return 0.0 if row.world_size == 1 else row.busbw_gbps / _BITS_PER_BYTE
+    return 0.0 if row.world_size == 1 else row.busbw_gbps / BITS_PER_BYTE
 
 
 def _op_block(op: str, rows: list[CommRow], series: tuple, line: float | None, line_label: str,
               unit: str, checked: bool) -> str:
-    label, scale = UNITS[unit]
+    label, scale = BANDWIDTH_UNITS[unit]
     peak = max(series[1], default=0.0)
     avg = sum(r.busbw_gbps for r in rows) / len(rows) * scale
     wrong = sum(r.wrong for r in rows)
@@ -73,8 +67,8 @@ def _op_block(op: str, rows: list[CommRow], series: tuple, line: float | None, l
     headers = ["Size (Bytes)", "Description", "Duration", f"Throughput ({label})", f"BusBW ({label})",
                "#wrong", "p50", "p99", "cv"]
     body = [[
-        str(r.size_bytes), esc(describe(r)), duration(r.duration_us), f"{r.throughput_gbps * scale:.3f}",
-        "-" if r.world_size == 1 else f"{r.busbw_gbps * scale:.3f}",
+        str(r.size_bytes), esc(r.description), duration(r.duration_us), bandwidth(r.throughput_gbps, unit),
+        "-" if r.world_size == 1 else bandwidth(r.busbw_gbps, unit),
         ("-" if not checked else f'<span class="bad">{r.wrong}</span>' if r.wrong else "0"),
         duration(r.p50_us), duration(r.p99_us), f"{r.cv:.2f}",
     ] for r in rows]

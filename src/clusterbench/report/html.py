@@ -9,62 +9,60 @@ section appears only when run.json holds its data, so the same renderer serves `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.report import comm, train
-from clusterbench.report.blocks import STATUSES, badge, esc, section
+from clusterbench.report.blocks import badge, esc, section
 from clusterbench.report.hardware import hardware_section, peaks_section
 from clusterbench.report.style import CSS
-from clusterbench.results import atomic_write, load_run
-from clusterbench.suite.verdicts import judge
+from clusterbench.results.documents import atomic_write
+from clusterbench.results.folder import load_run
+from clusterbench.results.schema import Run, Verdict
 
 REPORT_NAME = "report.html"
 
 
-def render_report(run_dir: str | Path) -> Path:
-    """Write <run_dir>/report.html from <run_dir>/run.json and return its path.
+def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
+    """Write <run_dir>/report.html from the run (read from <run_dir>/run.json unless given).
 
-    Raises UsageError (from results.load_run) for a missing, half-written or
-    other-schema run folder.
+    Raises UsageError (from load_run) for a missing, half-written or unreadable run folder.
     """
-    doc = load_run(run_dir)
+    run = run if run is not None else load_run(run_dir)
     folder = Path(run_dir)
     folder = folder if folder.is_dir() else folder.parent
     path = folder / REPORT_NAME
-    atomic_write(path, page(doc))
+    atomic_write(path, page(run))
     return path
 
 
-def expected_plots(doc: dict[str, Any]) -> int:
-    """How many inline SVG plots page(doc) holds; the browser test checks the DOM against it."""
-    return comm.plot_count(doc) + (train.plot_count(doc["train"]) if doc.get("train") else 0)
+def expected_plots(run: Run) -> int:
+    """How many inline SVG plots page(run) holds; the browser test checks the DOM against it."""
+    return comm.plot_count(run) + (train.plot_count(run.train) if run.train else 0)
 
 
-def verdicts(doc: dict[str, Any]) -> list[dict[str, str]]:
-    """run.json's own verdicts (`clusterbench run` writes them), else the same checks judged now."""
-    return doc.get("verdicts") or judge(doc)
+def verdicts(run: Run) -> list[Verdict]:
+    """run.json's own verdicts (`clusterbench run` writes them), else the default checks judged now."""
+    return run.verdicts or judge(run)
 
 
-def page(doc: dict[str, Any]) -> str:
-    found = verdicts(doc)
-    parts = [_verdict_section(found)]
-    if doc.get("hardware"):
-        parts.append(hardware_section(doc["hardware"]))
-    if doc.get("peaks"):
-        parts.append(peaks_section(doc["peaks"], doc.get("hardware")))
-    if doc.get("comm"):
-        parts.append(comm.comm_section(doc))
-    if doc.get("train"):
-        parts.append(train.train_section(doc["train"]))
+def page(run: Run) -> str:
+    parts = [_verdict_section(verdicts(run))]
+    if run.hardware:
+        parts.append(hardware_section(run.hardware))
+    if run.peaks:
+        parts.append(peaks_section(run.peaks, run.hardware))
+    if run.comm:
+        parts.append(comm.comm_section(run))
+    if run.train:
+        parts.append(train.train_section(run.train))
     anchors = [("verdicts", "Verdicts"), ("hardware", "Hardware"), ("peaks", "Peaks"),
                ("comm", "Communication"), ("train", "Fine-tuning")]
     body = "".join(parts)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in anchors if f'<section id="{a}"' in body)
-    env = doc.get("env") or {}
-    title = f"clusterbench {doc.get('command', '')} on {env.get('hostname', '?')}"
-    meta = (f"<b>{esc(doc.get('started_utc'))}</b> → <b>{esc(doc.get('finished_utc'))}</b> · status "
-            f"<b>{esc(doc.get('status'))}</b> · clusterbench {esc(doc.get('version'))} · "
-            f"<code>{esc(' '.join(doc.get('argv') or []))}</code>")
+    title = f"clusterbench {run.command} on {run.env.hostname or '?'}"
+    meta = (f"<b>{esc(run.started_utc)}</b> → <b>{esc(run.finished_utc)}</b> · status "
+            f"<b>{esc(run.status)}</b> · clusterbench {esc(run.version)} · "
+            f"<code>{esc(' '.join(run.argv))}</code>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -73,17 +71,15 @@ def page(doc: dict[str, Any]) -> str:
 <style>{CSS}</style></head>
 <body><header class="top"><h1>{esc(title)}</h1><div class="meta">{meta}</div><nav>{nav}</nav></header>
 <main>{body}<footer>Rendered from run.json by <code>clusterbench report</code>.
-Figures and rules: REFERENCE.md of clusterbench.</footer></main></body></html>
+Every formula and rule: docs/methodology.md of clusterbench.</footer></main></body></html>
 """
 
 
-def _verdict_section(found: list[dict[str, str]]) -> str:
-    worst = max((STATUSES.index(v["status"]) for v in found if v["status"] in STATUSES), default=0)
-    overall = STATUSES[worst]
+def _verdict_section(found: list[Verdict]) -> str:
     items = "".join(
-        f'<div class="verdict {v["status"].lower()}">{badge(v["status"])}<span class="check">{esc(v["check"])}</span>'
-        f'<div class="detail">{esc(v.get("detail"))}</div></div>'
+        f'<div class="verdict {v.status.lower()}">{badge(v.status)}<span class="check">{esc(v.check)}</span>'
+        f'<div class="detail">{esc(v.detail)}</div></div>'
         for v in found
     )
     return section("verdicts", "Verdicts", f'<div class="verdicts">{items}</div>',
-                   lead=f"Overall {badge(overall)}: the worst of the checks below.")
+                   lead=f"Overall {badge(overall(found))}: the worst of the checks below.")

@@ -29,6 +29,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from clusterbench.units import human_bytes
+
 PALETTE = ("#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#65a30d", "#475569")
 _INK, _GRID, _MUTED = "#1f2937", "#e5e7eb", "#6b7280"
 _STYLE = {
@@ -67,13 +69,6 @@ def _size_axis(ax: plt.Axes) -> None:
     ax.xaxis.set_major_locator(LogLocator(base=4))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
     ax.set_xlabel("message size (Size column, bytes)")
-
-
-def human_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n:g} B"
 
 
 def busbw_plot(

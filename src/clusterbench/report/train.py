@@ -6,53 +6,52 @@ from typing import Any
 
 from clusterbench.report.blocks import badge, card, cards, esc, facts, note, num, pct, section, table
 from clusterbench.report.plots import loss_plot
+from clusterbench.results.schema import Alignment, Train, TrainSummary
 
 _CONFIG_KEYS = ("preset", "model_params", "parallel", "dtype", "world_size", "global_batch", "micro_batch",
                 "grad_accum", "seq_len", "packing", "steps", "warmup_steps", "lr", "seed", "task",
                 "activation_checkpointing")
 
 
-def plot_count(train: dict[str, Any]) -> int:
-    return 1 if train.get("losses") else 0
+def plot_count(train: Train) -> int:
+    return 1 if train.losses else 0
 
 
-def train_section(train: dict[str, Any]) -> str:
-    config = train.get("config") or {}
-    s = train.get("summary") or {}
-    body = cards(_speed_cards(s))
-    body += facts((key, esc(_config_value(key, config.get(key)))) for key in _CONFIG_KEYS if key in config)
-    align = train.get("alignment")
-    losses = train.get("losses") or []
+def train_section(train: Train) -> str:
+    s = train.summary
+    body = cards(_speed_cards(s)) if s is not None else ""
+    body += facts((key, esc(_config_value(key, getattr(train.config, key)))) for key in _CONFIG_KEYS)
+    align = train.alignment
     plot = ""
-    if losses:
-        reference = align.get("reference_losses") if align else None
-        plot = loss_plot("train-loss", losses, reference)
-    judged = _alignment(align) if align else note(
-        "No reference curve for this task and preset: loss alignment was not judged.")
+    if train.losses:
+        losses = [float("nan") if x is None else x for x in train.losses]
+        plot = loss_plot("train-loss", losses, align.reference_losses if align else None)
+    why = train.reference_note or "no reference curve for this task and preset"
+    judged = _alignment(align) if align else note(f"Loss alignment was not judged: {esc(why)}.")
     body += f'<h3>Loss per optimizer step</h3><div class="op"><div>{plot}</div><div>{judged}</div></div>'
-
-    if s.get("status") not in (None, "complete"):
-        body += note(f"Training status: <b>{esc(s['status'])}</b>.", "fail")
+    if s is None or s.status != "complete":
+        status = "stopped before its summary" if s is None else s.stop_reason or s.status
+        body += note(f"Training status: <b>{esc(status)}</b>.", "fail")
     lead = ("tgs = real tokens / devices / second over the timed window (after warm-up); "
             "MFU = model FLOPs per device per second / peak (activation recomputation is in HFU, not MFU).")
     return section("train", "Fine-tuning", body, lead=lead)
 
 
-def _speed_cards(s: dict[str, Any]) -> list[str]:
-    window = f"{esc(s.get('steps_done'))} steps, {num(s.get('window_s'))} s window"
-    padded = f"{num(s['padded_tgs'])} with padding" if s.get("padded_tgs") is not None else window
-    peak = f"of {num(s.get('peak_tflops'))} TFLOP/s, {esc(s.get('peak_source'))}"
+def _speed_cards(s: TrainSummary) -> list[str]:
+    window = f"{esc(s.steps_done)} steps, {num(s.window_s)} s window"
+    padded = f"{num(s.padded_tgs)} with padding" if s.padded_tgs is not None else window
+    peak = f"of {num(s.peak_tflops)} TFLOP/s, {esc(s.peak_source)}"
+    mfu_note = peak if s.mfu is not None else "no FLOPs formula for this model"
     items = [
-        card("tgs", num(s.get("tgs"), 4), f"tokens / GPU / s; {padded}"),
-        card("TFLOPS / device", num(s.get("tflops_per_device")), _flop(s.get("flops_per_step"))),
-        card("MFU", pct(s.get("mfu")), peak),
+        card("tgs", num(s.tgs, 4), f"tokens / GPU / s; {padded}"),
+        card("TFLOPS / device", num(s.tflops_per_device), _flop(s.flops_per_step)),
+        card("MFU", pct(s.mfu), mfu_note),
     ]
-    if s.get("hfu") is not None:
-        items.append(card("HFU", pct(s["hfu"]), "with recomputation"))
-    if s.get("peak_memory_bytes") is not None:
-        kind = esc(s.get("peak_memory_kind") or "")
-        items.append(card("peak memory", f"{s['peak_memory_bytes'] / 2**30:.2f} GiB", kind))
-    items.append(card("tokens", f"{s.get('tokens') or 0:,}", window))
+    if s.hfu is not None:
+        items.append(card("HFU", pct(s.hfu), "with recomputation"))
+    if s.peak_memory_bytes is not None:
+        items.append(card("peak memory", f"{s.peak_memory_bytes / 2**30:.2f} GiB", esc(s.peak_memory_kind or "")))
+    items.append(card("tokens", f"{s.tokens:,}", window))
     return items
 
 
@@ -66,19 +65,16 @@ def _config_value(key: str, value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _alignment(a: dict[str, Any]) -> str:
-    lo, hi = a.get("mre_window") or ["?", "?"]
+def _alignment(a: Alignment) -> str:
+    lo, hi = a.mre_window
     rows = [
-        ["variance, mean of d²", f"steps 1..{a.get('steps_compared', '?')}", _sci(a.get("variance")),
-         f"&lt; {_sci(a.get('variance_limit'))}"],
-        ["mean relative error |d|/r", f"steps {lo}..{hi}", _sci(a.get("mre")),
-         f"&lt; {_sci(a.get('mre_limit'))}"],
-        ["max |d|", "all steps", _sci(a.get("max_abs_dev")), "reported"],
-        ["first-step error |d₁|/r₁", "step 1", pct(a.get("first_step_error"), 2), "reported"],
+        ["variance, mean of d²", f"steps 1..{a.steps_compared}", _sci(a.variance), f"&le; {_sci(a.variance_limit)}"],
+        ["mean relative error |d|/r", f"steps {lo}..{hi}", _sci(a.mre), f"&lt; {_sci(a.mre_limit)}"],
+        ["max |d|", "all steps", _sci(a.max_abs_dev), "reported"],
+        ["first-step error |d₁|/r₁", "step 1", pct(a.first_step_error, 2), "reported"],
     ]
-    verdict = a.get("verdict", "?")
-    head = f"<p>{badge(verdict)} against the reference <code>{esc(a.get('reference'))}</code></p>"
-    reasons = "".join(note(esc(r), "fail") for r in a.get("reasons") or [])
+    head = f"<p>{badge(a.verdict)} against the reference <code>{esc(a.reference)}</code></p>"
+    reasons = "".join(note(esc(r), "fail") for r in a.reasons)
     return head + table(["figure", "over", "value", "limit"], rows, numeric_from=2) + reasons
 
 

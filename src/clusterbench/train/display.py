@@ -1,25 +1,16 @@
-"""What `clusterbench train` prints on rank 0: progress, the summary, the alignment table."""
+"""What `clusterbench train` prints on rank 0: the header, the progress, the speed summary."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
+from clusterbench.results.schema import Env, TrainConfig, TrainSummary
 from clusterbench.train.loop import StepResult
+from clusterbench.units import human_bytes
 
 
 def _num(x: float | None, fmt: str = ".4g") -> str:
     return "-" if x is None else format(x, fmt)
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return str(n)
 
 
 class ProgressLine:
@@ -45,54 +36,33 @@ class ProgressLine:
             print(text, flush=True)
 
 
-def header(config: dict[str, Any], env: dict[str, Any]) -> str:
-    c = config
-    return (f"# clusterbench train: {c['preset']} ({c['model_params'] / 1e6:.1f}M params), "
-            f"{c['world_size']} x {env.get('device_type')} ({env.get('backend')}), {c['parallel']}, {c['dtype']}\n"
-            f"# task {c['task']}: global batch {c['global_batch']} = micro-batch {c['micro_batch']} x "
-            f"{c['grad_accum']} accumulation x {c['world_size']} ranks, seq-len {c['seq_len']}"
-            f"{' packed' if c['packing'] else ' padded'}, {c['steps']} steps ({c['warmup_steps']} untimed), "
-            f"lr {c['lr']:g}, seed {c['seed']}"
-            f"{', activation checkpointing' if c['activation_checkpointing'] else ''}")
+def header(c: TrainConfig, env: Env) -> str:
+    params = f"{c.model_params / 1e6:.1f}M" if c.model_params is not None else "?"
+    return (f"# clusterbench train: {c.preset} ({params} params), "
+            f"{c.world_size} x {env.device_type} ({env.backend}), {c.parallel}, {c.dtype}\n"
+            f"# task {c.task}: global batch {c.global_batch} = micro-batch {c.micro_batch} x "
+            f"{c.grad_accum} accumulation x {c.world_size} ranks, seq-len {c.seq_len}"
+            f"{' packed' if c.packing else ' padded'}, {c.steps} steps ({c.warmup_steps} untimed), "
+            f"lr {c.lr:g}, seed {c.seed}"
+            f"{', activation checkpointing' if c.activation_checkpointing else ''}")
 
 
-def summary(s: dict[str, Any]) -> str:
+def summary(s: TrainSummary) -> str:
     lines = [
-        f"# steps {s['steps_done']}, status {s['status']}",
-        f"  tokens (real, timed window)  {s['tokens']:,} in {s['window_s']:.3f} s",
-        f"  tgs (tokens/device/s)        {_num(s['tgs'], ',.1f')}",
+        f"# steps {s.steps_done}, status {s.status}",
+        f"  tokens (real, timed window)  {s.tokens:,} in {s.window_s:.3f} s",
+        f"  tgs (tokens/device/s)        {_num(s.tgs, ',.1f')}",
     ]
-    if s["padded_tgs"] is not None:
-        lines.append(f"  padded tokens/device/s       {_num(s['padded_tgs'], ',.1f')}")
+    if s.padded_tgs is not None:
+        lines.append(f"  padded tokens/device/s       {_num(s.padded_tgs, ',.1f')}")
     lines += [
-        f"  FLOPs per step               {_num(s['flops_per_step'], '.4g')}",
-        f"  TFLOPS per device            {_num(s['tflops_per_device'], '.4g')}",
-        (f"  MFU                          {_num(s['mfu'] and 100 * s['mfu'], '.2f')} %"
-        f"  (peak {s['peak_tflops']:.4g} TFLOP/s, {s['peak_source']})"),
+        f"  FLOPs per step               {_num(s.flops_per_step, '.4g')}",
+        f"  TFLOPS per device            {_num(s.tflops_per_device, '.4g')}",
+        (f"  MFU                          {_num(s.mfu and 100 * s.mfu, '.2f')} %"
+         f"  (peak {s.peak_tflops:.4g} TFLOP/s, {s.peak_source})"),
     ]
-    if s["hfu"] is not None:
-        lines.append(f"  HFU (with recomputation)     {100 * s['hfu']:.2f} %")
-    lines.append(f"  peak memory per device       {_bytes(s['peak_memory_bytes'])} ({s['peak_memory_kind']})")
-    return "\n".join(lines)
-
-
-def alignment_table(a: dict[str, Any]) -> str:
-    lo, hi = a["mre_window"]
-
-    def row(name: str, value: str, limit: str, ok: bool | None) -> str:
-        mark = "" if ok is None else ("ok" if ok else "FAIL")
-        return f"  {name:<28} {value:>12}   {limit:<14} {mark}"
-
-    var, mre = a["variance"], a["mre"]
-    first = a["first_step_error"]
-    lines = [
-        f"# alignment vs {a['reference']} ({a['steps_compared']} steps)",
-        row("variance vs reference", _num(var, ".3e"), f"<= {a['variance_limit']:.3e}",
-            None if var is None else var <= a["variance_limit"]),
-        row(f"MRE steps {lo}..{hi}", _num(mre, ".3e"), f"< {a['mre_limit']:.3g}",
-            None if mre is None else mre < a["mre_limit"]),
-        row("max abs deviation", _num(a["max_abs_dev"], ".3e"), "reported", None),
-        row("first-step error", _num(first and 100 * first, ".4f") + " %", "guide < 0.5 %", None),
-        f"  verdict: {a['verdict']}" + "".join(f"\n    - {r}" for r in a["reasons"]),
-    ]
+    if s.hfu is not None:
+        lines.append(f"  HFU (with recomputation)     {100 * s.hfu:.2f} %")
+    memory = "-" if s.peak_memory_bytes is None else human_bytes(s.peak_memory_bytes, 4)
+    lines.append(f"  peak memory per device       {memory} ({s.peak_memory_kind})")
     return "\n".join(lines)

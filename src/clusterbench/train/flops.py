@@ -1,19 +1,11 @@
 """FLOPs of a training step, the peak they are compared with, and the speed summary.
 
-Formulas from ../../shared/REFERENCE.md (the project's reference file):
-
-- §4 Megatron-LM FLOPs of one step of a Llama-style model, no recomputation:
-  FLOPs = T·[6·h·f·3·L + 6·(h·(q + 2·kv) + q·h)·L + 6·h·V] + S2·6·q·L
-  with T the real tokens of the step and S2 = Σ Lᵢ² = B·s² for our rows (padded rows, and
-  packed rows without document masking, both attend over the whole row).
-- §4 tgs = real tokens of all ranks in the timed window / (devices × window seconds);
-  TFLOPS per device = window FLOPs / (devices × seconds) / 1e12; MFU = that / peak.
-- §4 HFU (activation recomputation) is reported separately, never inside MFU. With
-  per-layer checkpointing every decoder layer runs its forward twice: the layer terms
-  (MLP, attention projections, attention scores) count 8 instead of 6 FLOPs per
-  multiply-accumulate pair; the output layer (6·h·V) is not recomputed.
-- §3 the peak: the table (hw.limits) by device name and dtype, or, when the device is not
-  there (CPUs always), a GEMM measured on the device (hw.peaks), and the source is named.
+The formulas are docs/methodology.md §4: Megatron-LM's FLOPs of one step of a Llama-style
+model (T real tokens, S2 = B·s² for our rows, which attend over the whole row), tgs over the
+timed window, TFLOPS per device and MFU against the peak; with activation checkpointing every
+decoder layer runs its forward twice, which HFU counts (8 instead of 6 FLOPs per
+multiply-accumulate in the layers) and MFU never does. The peak (§3) is the table's by
+device name and dtype, else a GEMM measured on the device, and its source is always named.
 """
 
 from __future__ import annotations
@@ -21,12 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clusterbench.hw import limits, peaks
+from clusterbench import limits
+from clusterbench.hw import peaks
+from clusterbench.results.hardware import MatmulPeak
+from clusterbench.results.schema import StepRow, TrainSummary
 
 
 @dataclass(frozen=True)
 class Dims:
-    """The sizes the formula needs (REFERENCE.md §4 letters)."""
+    """The sizes the formula needs (docs/methodology.md §4 letters)."""
 
     h: int  # hidden size
     f: int  # FFN (intermediate) size
@@ -38,7 +33,7 @@ class Dims:
 
 def dims_of(config: dict[str, Any]) -> Dims | None:
     """The shapes the formula needs; None for a config that is not Llama-style (no gated MLP
-    sizes), where REFERENCE.md §4's formula does not apply and FLOPs are not reported."""
+    sizes), where the formula does not apply and FLOPs are not reported."""
     try:
         h, heads = config["hidden_size"], config["num_attention_heads"]
         head_dim = config.get("head_dim") or h // heads
@@ -55,7 +50,7 @@ def _layer_macs(d: Dims, tokens: int, s2: int) -> int:
 
 
 def step_flops(d: Dims, tokens: int, s2: int) -> int:
-    """Model FLOPs of one optimizer step (REFERENCE.md §4), no recomputation."""
+    """Model FLOPs of one optimizer step, no recomputation."""
     return 6 * _layer_macs(d, tokens, s2) + 6 * tokens * d.h * d.vocab
 
 
@@ -75,7 +70,7 @@ def table_peak(device_name: str, dtype: str) -> Peak | None:
     return None if value is None else Peak(value, f"table: {device_name} {dtype} {value:g}")
 
 
-def measured_peak(device: str, dtype: str) -> dict[str, Any]:
+def measured_peak(device: str, dtype: str) -> MatmulPeak:
     """A brief GEMM on this rank's device (a size that fits a CPU, 8192³ on a GPU)."""
     if device.startswith("cpu"):
         return peaks.measure_matmul_tflops(device, dtype, n=1024, seconds=0.5)
@@ -87,29 +82,29 @@ def measured_source(n: int, dtype: str, tflops: float, ranks: int) -> str:
     return f"measured: torch.mm {n}^3 {dtype} = {tflops:.4g} TFLOP/s{where}"
 
 
-def summarize(steps: list[dict[str, Any]], window_s: float, world_size: int, dims: Dims | None,
-              global_batch: int, seq_len: int, recompute: bool, peak: Peak) -> dict[str, Any]:
-    """Speed figures of the timed window from the per-step rows (REFERENCE.md §4)."""
-    window = [s for s in steps if s["in_window"]]
+def summarize(steps: list[StepRow], window_s: float, world_size: int, dims: Dims | None,
+              global_batch: int, seq_len: int, recompute: bool, peak: Peak) -> TrainSummary:
+    """Speed figures of the timed window from the per-step rows."""
+    window = [s for s in steps if s.in_window]
     devices_s = world_size * window_s
-    real = sum(s["real_tokens"] for s in window)
-    padded = sum(s["tokens"] for s in window)
+    real = sum(s.real_tokens for s in window)
+    padded = sum(s.tokens for s in window)
     s2 = global_batch * seq_len**2
     counted = window if dims is not None else []
-    flops = [step_flops(dims, s["real_tokens"], s2) for s in counted]
-    hw = [recompute_flops(dims, s["real_tokens"], s2) for s in counted]
+    flops = [step_flops(dims, s.real_tokens, s2) for s in counted]
+    hw = [recompute_flops(dims, s.real_tokens, s2) for s in counted]
     tflops = sum(flops) / devices_s / 1e12 if flops and devices_s > 0 else None
     hw_tflops = sum(hw) / devices_s / 1e12 if hw and devices_s > 0 else None
-    return {
-        "steps_done": len(steps),
-        "tokens": real,
-        "window_s": window_s,
-        "tgs": real / devices_s if devices_s > 0 else None,
-        "padded_tgs": padded / devices_s if devices_s > 0 and padded != real else None,
-        "flops_per_step": sum(flops) / len(flops) if flops else None,
-        "tflops_per_device": tflops,
-        "mfu": tflops / peak.tflops if tflops is not None else None,
-        "hfu": hw_tflops / peak.tflops if recompute and hw_tflops is not None else None,
-        "peak_tflops": peak.tflops,
-        "peak_source": peak.source,
-    }
+    return TrainSummary(
+        steps_done=len(steps),
+        tokens=real,
+        window_s=window_s,
+        tgs=real / devices_s if devices_s > 0 else None,
+        padded_tgs=padded / devices_s if devices_s > 0 and padded != real else None,
+        flops_per_step=sum(flops) / len(flops) if flops else None,
+        tflops_per_device=tflops,
+        mfu=tflops / peak.tflops if tflops is not None else None,
+        hfu=hw_tflops / peak.tflops if recompute and hw_tflops is not None else None,
+        peak_tflops=peak.tflops,
+        peak_source=peak.source,
+    )

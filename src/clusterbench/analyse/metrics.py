@@ -1,0 +1,206 @@
+"""A run flattened into named numbers: the common ground of verdicts, compare, rules and baselines.
+
+Names (docs/methodology.md §6): comm.<op>.busbw_gbps.<small|medium|large|avg|top> (mean busbw in
+Gbps over a size class; avg is nccl-tests' mean over all sizes; top the sizes of at least a
+quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.link_share
+(top busbw against the link's theoretical one-direction figure), comm.<op>.wrong and
+comm.wrong (all ops), hardware.pcie.downtrained, train.<summary figure>, train.completed,
+train.alignment.<figure>, peaks.matmul.<dtype>.tflops, peaks.copy.gbps and run.completed.
+
+Beside the values: a note that puts a value in words for a verdict line, and for a metric
+this kind of run could have but this one has not, the reason (a CPU has no link table).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from clusterbench.analyse.links import link_line
+from clusterbench.results.schema import CommRow, Run, Train
+from clusterbench.units import BITS_PER_BYTE
+
+SMALL_MAX_BYTES = 64 * 1024  # below: latency-bound sizes
+MEDIUM_MAX_BYTES = 16 * 1024**2  # from here on: bandwidth-bound sizes
+SIZE_CLASSES = ("small", "medium", "large")
+_TRAIN_FIGURES = ("tgs", "padded_tgs", "tflops_per_device", "mfu", "hfu", "peak_memory_bytes")
+_ALIGNMENT_FIGURES = ("mre", "variance", "max_abs_dev", "first_step_error")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Which way is better for metrics whose name matches `pattern`, and what change is noise."""
+
+    pattern: str
+    better: str | None  # "higher", "lower", or None: shown, never judged by default
+    floor: float = 0.0  # a worsening smaller than this (absolute) is not a failure
+
+
+# First match wins. The alignment floors are a tenth of the limits (MRE 0.02, first step 0.5 %):
+# two runs both well inside the limit must not fail on a relative change of tiny numbers.
+# Variance and max |d| scale with the reference's own noise, so compare only shows them;
+# alignment.pass (the run's own verdict) and rules judge them.
+KINDS: tuple[Kind, ...] = (
+    Kind(r"comm\.(.*\.)?wrong", "lower"),
+    Kind(r"comm\..*\.(busbw_gbps.*|link_share)", "higher"),
+    Kind(r"(train|run)\.completed|train\.alignment\.pass", "higher"),
+    Kind(r"train\.alignment\.mre", "lower", floor=0.002),
+    Kind(r"train\.alignment\.first_step_error", "lower", floor=0.0005),
+    Kind(r"train\.alignment\..*", None),
+    Kind(r"train\.peak_memory_bytes|hardware\.pcie\.downtrained", "lower"),
+    Kind(r".*\.(tgs|padded_tgs|tflops_per_device|mfu|hfu|tflops|gbps)", "higher"),
+)
+
+
+def kind_of(name: str) -> Kind:
+    for kind in KINDS:
+        if re.fullmatch(kind.pattern, name):
+            return kind
+    return Kind(".*", None)
+
+
+def size_class(size_bytes: int) -> str:
+    if size_bytes < SMALL_MAX_BYTES:
+        return "small"
+    return "medium" if size_bytes < MEDIUM_MAX_BYTES else "large"
+
+
+def is_per_size(name: str) -> bool:
+    return "@" in name
+
+
+@dataclass
+class Metrics:
+    values: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # a value in words
+    absent: dict[str, str] = field(default_factory=dict)  # why this run has no such metric
+
+    def put(self, name: str, value: float, note: str | None = None) -> None:
+        self.values[name] = float(value)
+        if note:
+            self.notes[name] = note
+
+
+def metrics_of(run: Run) -> Metrics:
+    """Every metric this run holds, with its notes and the reasons for those it lacks."""
+    m = Metrics()
+    _comm(run, m)
+    _hardware(run, m)
+    _train(run.train, m)
+    _peaks(run, m)
+    m.put("run.completed", run.status == "complete",
+          "every stage ran to its end" if run.status == "complete" else run.error or f"the run is {run.status}")
+    return m
+
+
+def flatten(run: Run) -> dict[str, float]:
+    return metrics_of(run).values
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _comm(run: Run, m: Metrics) -> None:
+    rows = run.comm
+    if not rows:
+        m.absent["comm.wrong"] = "the comm stage did not run"
+        return
+    bad = [r for r in rows if r.wrong]
+    where = ", ".join(f"{r.op} {r.size_bytes} B ({r.wrong} wrong)" for r in bad[:5])
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    m.put("comm.wrong", sum(r.wrong for r in rows),
+          f"{sum(r.wrong for r in bad)} wrong elements in {len(bad)} of {len(rows)} measurements: {where}{more}"
+          if bad else f"every element of {len(rows)} measurements arrived correctly")
+    by_op: dict[str, list[CommRow]] = {}
+    for row in rows:
+        by_op.setdefault(row.op, []).append(row)
+    line, line_text = link_line(run)
+    for op, op_rows in by_op.items():
+        m.put(f"comm.{op}.wrong", sum(r.wrong for r in op_rows))
+        if op_rows[0].world_size > 1:  # one rank has no bus bandwidth
+            _busbw(op, op_rows, line, line_text, m)
+        else:
+            m.absent[f"comm.{op}.link_share"] = "one rank has no bus bandwidth"
+
+
+def _busbw(op: str, rows: list[CommRow], line: float | None, line_text: str, m: Metrics) -> None:
+    sizes: dict[int, list[float]] = {}
+    for row in rows:
+        sizes.setdefault(row.size_bytes, []).append(row.busbw_gbps)
+    per_size = {size: _mean(values) for size, values in sorted(sizes.items())}
+    m.put(f"comm.{op}.busbw_gbps.avg", _mean(list(per_size.values())))
+    for cls in SIZE_CLASSES:
+        values = [v for size, v in per_size.items() if size_class(size) == cls]
+        if values:
+            m.put(f"comm.{op}.busbw_gbps.{cls}", _mean(values))
+    largest = max(per_size)
+    top = _mean([v for size, v in per_size.items() if size >= largest / 4])
+    figure = f"{op} busbw {top / BITS_PER_BYTE:.2f} GB/s at the largest sizes"
+    m.put(f"comm.{op}.busbw_gbps.top", top, figure)
+    for size, v in per_size.items():
+        m.put(f"comm.{op}.busbw_gbps@{size}", v)
+    if line is None:
+        m.absent[f"comm.{op}.link_share"] = line_text
+    else:
+        share = top / BITS_PER_BYTE / line
+        m.put(f"comm.{op}.link_share", share, f"{figure} = {share:.0%} of {line_text}")
+
+
+def _hardware(run: Run, m: Metrics) -> None:
+    gpus = run.hardware.gpus if run.hardware else []
+    if not gpus:
+        m.absent["hardware.pcie.downtrained"] = "no GPU"
+    elif not all(g.pcie.under_load for g in gpus):
+        m.absent["hardware.pcie.downtrained"] = "the links were read while the GPUs were idle"
+    else:
+        slow = [str(g.index) for g in gpus if g.pcie.downtrained]
+        m.put("hardware.pcie.downtrained", len(slow),
+              f"GPU {', '.join(slow)} ran below the link's max generation or width under load" if slow
+              else f"{len(gpus)} GPUs at their link's generation and width under load")
+
+
+def _train(train: Train | None, m: Metrics) -> None:
+    if train is None:
+        m.absent["train.completed"] = "the train stage did not run"
+        return
+    s = train.summary
+    steps = len(train.losses)
+    if s is None:
+        m.put("train.completed", 0, f"the run stopped after {steps} steps")
+    else:
+        speed = f"{steps} steps, tgs {s.tgs or 0:,.0f} tokens/device/s"
+        if s.tflops_per_device is not None:
+            speed += f", {s.tflops_per_device:.4g} TFLOPS/device"
+        m.put("train.completed", s.status == "complete", speed if s.status == "complete" else s.stop_reason)
+        for key in _TRAIN_FIGURES:
+            value = getattr(s, key)
+            if value is not None:
+                m.put(f"train.{key}", value)
+        if s.mfu is not None:
+            m.notes["train.mfu"] = f"{s.mfu:.1%} of {s.peak_source}"
+        else:
+            m.absent["train.mfu"] = "no FLOPs formula for this model (Llama-style configs only)"
+    a = train.alignment
+    if a is None:
+        m.absent["train.alignment.pass"] = train.reference_note or "no reference curve matches this task"
+        return
+    for key in _ALIGNMENT_FIGURES:
+        value = getattr(a, key)
+        if value is not None:
+            m.put(f"train.alignment.{key}", value)
+    figures = (f"MRE {a.mre:.4f} (limit {a.mre_limit:g}), variance {a.variance:.3g} (limit {a.variance_limit:.3g})"
+               if a.mre is not None and a.variance is not None else "; ".join(a.reasons))
+    why = f": {'; '.join(a.reasons)}" if a.reasons and a.mre is not None else ""
+    m.put("train.alignment.pass", a.verdict == "PASS", f"{figures} vs {a.reference}{why}")
+
+
+def _peaks(run: Run, m: Metrics) -> None:
+    # The slowest device gates the whole job, so a peak across devices is their minimum.
+    if run.peaks is None:
+        return
+    for p in run.peaks.matmul:
+        name = f"peaks.matmul.{p.dtype}.tflops"
+        m.put(name, min(m.values.get(name, p.tflops), p.tflops))
+    if run.peaks.copy:
+        m.put("peaks.copy.gbps", min(c.gbps for c in run.peaks.copy))

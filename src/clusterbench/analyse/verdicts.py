@@ -1,0 +1,52 @@
+"""Verdicts: a run judged by rules, one line per check, PASS, WARN, FAIL or SKIP (not judged).
+
+Judged from run.json alone, so `clusterbench run`, `clusterbench report` and a fleet script
+see the same verdicts. `comm` and `train` end with exit code 1 when a check of their own
+stage FAILs; `run` when any check does.
+"""
+
+from __future__ import annotations
+
+from clusterbench.analyse.metrics import metrics_of
+from clusterbench.analyse.rules import Rule, RuleResult, default_rules, evaluate
+from clusterbench.errors import EXIT_OK, RunFailed
+from clusterbench.results.schema import Run, Verdict
+
+RANKED = ("PASS", "WARN", "FAIL")
+# The default checks that decide a stage command's exit code.
+STAGE_CHECKS = {"comm": ("comm correctness",), "train": ("training", "loss alignment")}
+_SHOWN = 3  # results named in one line before "and N more"
+
+
+def judge(run: Run, rules: list[Rule] | None = None) -> list[Verdict]:
+    """One verdict per rule (the default rules unless given), in the rules' order."""
+    results = evaluate(rules if rules is not None else default_rules(), metrics_of(run), expected=run.expected)
+    by_rule: dict[str, list[RuleResult]] = {}
+    for r in results:
+        by_rule.setdefault(r.rule, []).append(r)
+    return [_verdict(name, found) for name, found in by_rule.items()]
+
+
+def _verdict(name: str, results: list[RuleResult]) -> Verdict:
+    judged = [r for r in results if r.verdict in RANKED]
+    if not judged:
+        return Verdict(name, "SKIP", results[0].detail)
+    status = max((r.verdict for r in judged), key=RANKED.index)
+    shown = [r for r in judged if r.verdict == status]
+    detail = "; ".join(r.detail for r in shown[:_SHOWN])
+    if len(shown) > _SHOWN:
+        detail += f"; and {len(shown) - _SHOWN} more"
+    return Verdict(name, status, detail)
+
+
+def overall(verdicts: list[Verdict]) -> str:
+    """The worst of the judged checks; PASS when none FAILs or WARNs."""
+    return max((v.status for v in verdicts if v.status in RANKED), key=RANKED.index, default="PASS")
+
+
+def conclude_stage(run: Run, stage: str) -> int:
+    """A stage command's ending: RunFailed naming its first FAILing check, else exit code 0."""
+    for v in judge(run, [r for r in default_rules() if r.name in STAGE_CHECKS[stage]]):
+        if v.status == "FAIL":
+            raise RunFailed(f"{v.check} FAIL: {v.detail}")
+    return EXIT_OK

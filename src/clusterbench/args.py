@@ -1,0 +1,72 @@
+"""Typed command-line options: values checked as they are parsed, and "not given" kept apart from 0.
+
+Every numeric option takes its type and range from here, so a bad value is refused by
+argparse in one line before anything runs. Option parsers use `argparse.SUPPRESS` as the
+default, so a namespace holds only what the user typed; `given()` turns that into the
+keyword arguments of an options record, whose own defaults fill in the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
+          "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def whole(minimum: int = 1) -> Callable[[str], int]:
+    """A whole number of at least `minimum`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
+def real(minimum: float = 0.0, strict: bool = True) -> Callable[[str], float]:
+    """A finite number above `minimum` (or at least it, with strict=False)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum)
+        if not ok:
+            bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+        return value
+    return parse
+
+
+def size(text: str) -> int:
+    """'8', '256K', '64M', '1G' (binary units, like nccl-tests) -> bytes, at least 1."""
+    m = _SIZE.match(str(text))
+    unit = m.group(2).upper() if m else None
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a size (use e.g. 8, 256K, 64M, 1G)")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`auto` (None: let the tool choose) or a value `parse` accepts."""
+    def parse_auto(text: str) -> Any:
+        return None if text.strip().lower() == "auto" else parse(text)
+    return parse_auto
+
+
+def given(args: argparse.Namespace, record: type) -> dict[str, Any]:
+    """The options the user typed that belong to `record`, as its keyword arguments."""
+    return {f.name: getattr(args, f.name) for f in fields(record) if hasattr(args, f.name)}

@@ -1,0 +1,119 @@
+"""The comm sweep's options: parsed into a typed CommOptions, resolved for the hardware, refused early.
+
+Defaults come in layers: CommOptions' own (those of `clusterbench comm`), then a caller's
+(`clusterbench run` sets its own per hardware), then what the user typed. A default is never
+passed on as if the user had typed it: an unset --max-bytes on a GPU keeps its cap at the
+devices' free memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from clusterbench import args as types
+from clusterbench.comm.ops import ALL_OPS, OPS, REDUCE_OPS
+from clusterbench.comm.sizes import sweep
+from clusterbench.comm.timing import RANK_TIME
+from clusterbench.comm.values import DTYPE_ALIASES, DTYPES, dtype_named
+from clusterbench.errors import UsageError
+from clusterbench.results.schema import CommOptions
+from clusterbench.units import BANDWIDTH_UNITS, human_bytes
+
+MAX_BYTES = {"cpu": 64 * 1024**2, "cuda": 1024**3}
+
+
+def ops_list(text: str) -> tuple[str, ...]:
+    names = ALL_OPS if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in OPS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown op {', '.join(unknown) or text!r}: choose from {', '.join(ALL_OPS)} or all")
+    return tuple(dict.fromkeys(names))
+
+
+def dtype_name(text: str) -> str:
+    name = DTYPE_ALIASES.get(text, text)
+    if name not in DTYPES:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}: choose from {', '.join(DTYPES)}")
+    return name
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops", type=ops_list, help="comma-separated ops, or 'all' (default: all_reduce)")
+    p.add_argument("-b", "--min-bytes", dest="min_bytes", type=types.size,
+                   help="smallest message (suffixes K, M, G; default 8)")
+    p.add_argument("-e", "--max-bytes", dest="max_bytes", type=types.size,
+                   help="largest message (default 64M on CPU, 1G on GPU capped by free memory)")
+    p.add_argument("-f", "--step-factor", dest="step_factor", type=types.real(1.0),
+                   help="size multiplier per step (default 2)")
+    p.add_argument("--dtype", type=dtype_name, help="default float32")
+    p.add_argument("--reduce-op", choices=tuple(REDUCE_OPS), help="default sum")
+    p.add_argument("--in-place", action="store_true", help="run all_gather / reduce_scatter in place")
+    p.add_argument("--root", type=types.whole(0), help="root rank of broadcast, reduce, gather, scatter")
+    p.add_argument("--bidirectional", action="store_true", help="pt2pt: send both ways at once")
+    p.add_argument("--iters", type=types.auto_or(types.whole(1)), help="timed iterations per size, or auto (default)")
+    p.add_argument("--warmup", type=types.whole(1), help="warm-up iterations per size (default 5)")
+    p.add_argument("--time-budget", dest="time_budget_s", type=types.real(0.0),
+                   help="--iters auto: seconds of timed iterations per size at most (default 0.25)")
+    p.add_argument("--rank-time", choices=RANK_TIME, help="how per-rank times combine (default max: the slowest)")
+    p.add_argument("--check", action=argparse.BooleanOptionalAction,
+                   help="verify every output element after timing (default on)")
+    p.add_argument("--unit", choices=tuple(BANDWIDTH_UNITS), help="bandwidth unit (default Gbps)")
+
+
+def build(given: dict[str, Any], defaults: dict[str, Any] | None = None) -> CommOptions:
+    """CommOptions from the user's options over a caller's defaults over the command's own."""
+    return replace(CommOptions(), **{**(defaults or {}), **given})
+
+
+def op_names(opts: CommOptions) -> list[str]:
+    """The op table entries to run: --bidirectional turns pt2pt into its two-way entry."""
+    return ["pt2pt_bidir" if opts.bidirectional and n == "pt2pt" else n for n in opts.ops]
+
+
+def sizes(opts: CommOptions, device_type: str) -> list[int]:
+    """The requested message sizes in bytes; each op rounds them to whole elements and chunks."""
+    top = opts.max_bytes or MAX_BYTES.get(device_type, MAX_BYTES["cpu"])
+    return sweep(opts.min_bytes, top, opts.step_factor)
+
+
+def fits_device_memory(opts: CommOptions, device_type: str) -> bool:
+    """The default GPU sweep drops the sizes the devices cannot hold; an explicit -e is obeyed."""
+    return opts.max_bytes is None and device_type == "cuda"
+
+
+def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: int | None) -> None:
+    """Refuse, before any rank starts, what cannot work at this world size or on this machine."""
+    if not 0 <= opts.root < world_size:
+        raise UsageError(f"--root {opts.root} is not a rank of this {world_size}-rank job")
+    for name in op_names(opts):
+        if world_size < OPS[name].min_ranks:
+            raise UsageError(f"{name} needs at least {OPS[name].min_ranks} ranks; this job has {world_size}")
+    top = max(sizes(opts, device_type))
+    if local_ranks is not None:
+        check_memory(top, dtype_named(opts.dtype).itemsize, local_ranks, device_type)
+
+
+def check_memory(max_bytes: int, dtype_bytes: int, local_ranks: int, device_type: str) -> None:
+    """Refuse a sweep that cannot fit in host memory before spawning anything."""
+    if device_type != "cpu":
+        return
+    # Buffers in and out, the expected result, and the int64 index used to build check values.
+    need = local_ranks * max_bytes * (3 + 8 / dtype_bytes)
+    avail = _mem_available()
+    if avail and need > avail:
+        raise UsageError(f"--max-bytes {human_bytes(max_bytes)} on {local_ranks} ranks needs about "
+                         f"{human_bytes(need)} of memory; this machine has {human_bytes(avail)} available")
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,24 @@
+"""`clusterbench baseline RUN_DIR... -o FILE`: several runs summarised into one baseline."""
+
+from __future__ import annotations
+
+import argparse
+
+from clusterbench.analyse import baseline
+from clusterbench.errors import EXIT_OK
+from clusterbench.harness import ToolCommand
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to summarise")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="baseline JSON to write")
+
+
+def main(args: argparse.Namespace) -> int:
+    doc = baseline.build(args.runs)
+    path = baseline.write(doc, args.output)
+    print(f"# baseline: {len(doc.metrics)} metrics over {len(args.runs)} runs -> {path}")
+    return EXIT_OK
+
+
+COMMAND = ToolCommand("baseline", "summarise several runs into a baseline JSON", add_arguments, main)

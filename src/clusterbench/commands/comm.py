@@ -1,0 +1,30 @@
+"""`clusterbench comm`: the collective-communication sweep (docs/methodology.md §1)."""
+
+from __future__ import annotations
+
+import argparse
+
+from clusterbench import args as types
+from clusterbench.analyse.verdicts import conclude_stage
+from clusterbench.comm import options
+from clusterbench.comm.bench import run_comm
+from clusterbench.harness import Plan, RankCommand
+from clusterbench.results.schema import CommOptions, Run
+
+
+def prepare(args: argparse.Namespace, plan: Plan) -> CommOptions:
+    opts = options.build(types.given(args, CommOptions))
+    local_ranks = None if plan.joined else plan.world_size
+    options.validate(opts, plan.world_size, plan.device_type, local_ranks)
+    return opts
+
+
+def conclude(run: Run, opts: CommOptions) -> int:
+    """Any wrong element fails the run (exit 1), naming the op and size."""
+    return conclude_stage(run, "comm")
+
+
+COMMAND = RankCommand(
+    "comm", "collective-communication benchmark over torch.distributed",
+    options.add_arguments, prepare, run_comm, conclude,
+)

@@ -1,0 +1,154 @@
+"""`clusterbench run`: the hardware picture, peaks, comm sweep, SFT with alignment, verdicts, report.
+
+The stages are a list walked in order on every rank, each one entry: its name, its typed
+options and the same per-rank work its own command runs. run's per-hardware defaults are
+typed values laid under the user's --comm-args / --train-args (parsed by those commands' own
+option parsers), never words added to what the user typed. After the ranks, the run is judged
+by rules (the shipped default_rules.yaml, or --rules FILE) and rendered into report.html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterbench import args as types
+from clusterbench.analyse.rules import Rule, default_rules, load_rules
+from clusterbench.analyse.verdicts import judge, overall
+from clusterbench.comm import options as comm_options
+from clusterbench.comm.bench import run_comm
+from clusterbench.comm.ops import ALL_OPS
+from clusterbench.errors import UsageError
+from clusterbench.harness import Plan, RankCommand
+from clusterbench.hw import stages as hw_stages
+from clusterbench.rank import Rank
+from clusterbench.results.schema import CommOptions, Run
+from clusterbench.train import job as train_job
+from clusterbench.train import options as train_options
+from clusterbench.train.bench import run_train
+
+SKIPPABLE = ("comm", "train")
+# What the comm sweep covers, per hardware; unset, --max-bytes on a GPU keeps comm's own cap at free memory.
+COMM_DEFAULTS: dict[str, dict[str, Any]] = {"cpu": {"ops": tuple(ALL_OPS), "max_bytes": 16 * 1024**2},
+                                            "cuda": {"ops": tuple(ALL_OPS)}}
+# --quick: a short sweep; the 100 SFT steps stay, the alignment needs them.
+COMM_QUICK: dict[str, Any] = {"ops": ("all_reduce", "all_gather"), "max_bytes": 1024**2, "step_factor": 4.0,
+                              "time_budget_s": 0.05}
+EXPECTED_BUSBW_METRIC = "comm.all_reduce.busbw_gbps.top"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    quick: bool = False
+    skip: tuple[str, ...] = ()
+    comm_args: str = ""
+    train_args: str = ""
+    expect_busbw: float | None = None  # GB/s
+    peak_seconds: float = 0.5
+    rules: Path | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    title: str
+    work: Callable[[Rank, Any], None]
+    options: Any
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    stages: tuple[Stage, ...]
+    train: train_job.TrainJob | None  # judged against its reference after the ranks
+    rules: tuple[Rule, ...]
+    expected: dict[str, float] = field(default_factory=dict)
+    run_dir: Path = Path(".")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="a one-minute smoke run: a short comm sweep")
+    p.add_argument("--skip", action="append", choices=SKIPPABLE, help="leave a stage out (repeatable)")
+    p.add_argument("--comm-args", help="options for the comm stage, as for `clusterbench comm`")
+    p.add_argument("--train-args", help="options for the train stage, as for `clusterbench train`")
+    p.add_argument("--expect-busbw", type=types.real(0.0), metavar="GBPS",
+                   help="FAIL when all_reduce busbw (GB/s) at the largest sizes is below 0.9 x this")
+    p.add_argument("--peak-seconds", type=types.real(0.0), help="seconds per measured peak (default 0.5)")
+    p.add_argument("--rules", type=Path, metavar="YAML",
+                   help="the rules that give the verdicts (default: the shipped default_rules.yaml)")
+
+
+class _StageParser(argparse.ArgumentParser):
+    """A stage's own options; a bad one is a UsageError naming the stage, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def stage_options(add: Callable[[argparse.ArgumentParser], None], record: type, text: str, what: str) -> dict:
+    """What the user typed for a stage, parsed by that command's own parser, as `record`'s keywords."""
+    parser = _StageParser(prog=what, add_help=False, argument_default=argparse.SUPPRESS)
+    add(parser)  # launch options (--nproc, --backend, ...) are run's own: a stage refuses them
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+    return types.given(parser.parse_args(words), record)
+
+
+def prepare(args: argparse.Namespace, plan: Plan) -> RunPlan:
+    opts = RunOptions(**types.given(args, RunOptions))
+    rules = load_rules(opts.rules) if opts.rules else default_rules()
+    cuda = plan.device_type == "cuda"
+    stages = [
+        Stage("hardware", "hardware", hw_stages.hardware, hw_stages.HardwareOptions(pcie_load=cuda)),
+        Stage("peaks", "peaks: torch.mm n x n and copy, per device", hw_stages.measure,
+              hw_stages.PeakOptions(dtypes=("bfloat16", "float32") if cuda else ("float32",),
+                                    seconds=opts.peak_seconds)),
+    ]
+    if "comm" not in opts.skip:
+        given = stage_options(comm_options.add_arguments, CommOptions, opts.comm_args, "--comm-args")
+        comm = comm_options.build(given, COMM_QUICK if opts.quick else COMM_DEFAULTS["cuda" if cuda else "cpu"])
+        comm_options.validate(comm, plan.world_size, plan.device_type, None if plan.joined else plan.world_size)
+        stages.append(Stage("comm", "comm", run_comm, comm))
+    train = None
+    if "train" not in opts.skip:
+        given = stage_options(train_options.add_arguments, train_options.TrainOptions, opts.train_args,
+                              "--train-args")
+        train = train_job.build(train_options.build(given), plan.device_type, plan.world_size)
+        stages.append(Stage("train", "train", run_train, train))
+    expected = {EXPECTED_BUSBW_METRIC: opts.expect_busbw * 8} if opts.expect_busbw else {}
+    return RunPlan(tuple(stages), train, tuple(rules), expected, plan.run_dir)
+
+
+def work(rank: Rank, plan: RunPlan) -> None:
+    for i, stage in enumerate(plan.stages, 1):
+        rank.say(f"\n== [{i}/{len(plan.stages)}] {stage.title}")
+        stage.work(rank, stage.options)
+
+
+def conclude(run: Run, plan: RunPlan) -> int:
+    """Judge the run by its rules, keep the verdicts, write the report, print the summary."""
+    from clusterbench.report.html import render_report  # matplotlib: only the concluding process
+
+    if plan.train is not None:
+        train_job.judge(run, plan.train)
+    run.expected = dict(plan.expected)
+    run.verdicts = judge(run, list(plan.rules))
+    run.verdict = overall(run.verdicts)
+    report = render_report(plan.run_dir, run)
+    print("\n== verdict")
+    for v in run.verdicts:
+        print(f"  {v.status:<5} {v.check:<18} {v.detail}")
+    fit = "not fit to train as measured" if run.verdict == "FAIL" else "fit to train"
+    print(f"\n  {run.verdict}: {fit}\n  report: {report}", flush=True)
+    return 1 if run.verdict == "FAIL" else 0
+
+
+COMMAND = RankCommand(
+    "run", "the whole verdict: hardware, peaks, comm, SFT + alignment, report",
+    add_arguments, prepare, work, conclude,
+)

@@ -1,0 +1,245 @@
+"""One life for every command, as nccl-tests has one harness for every collective.
+
+A command supplies its options and its work; the harness does the rest, the same way for all:
+
+    parse -> launch options -> world size -> prepare (typed options, refused before anything
+    starts) -> the run folder -> every rank: join, gather the environment, rank 0 opens the
+    folder and records the hardware, the command's work, the folder's status -> the
+    conclusion (judged from the finished run.json, read once) -> one exit code
+
+`RankCommand` runs its work on every rank (spawned here, or joined under torchrun, srun or
+mpirun); `LocalCommand` runs in this process (the hardware picture, peaks); `ToolCommand`
+reads and writes files only (report, compare). Adding a command is one module that builds
+one of these, and one line in cli.COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clusterbench import args as types
+from clusterbench import launch
+from clusterbench.dist import DistConfig, Worker, environment, resolve
+from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunFailed, UsageError, one_line
+from clusterbench.hw.topology import describe
+from clusterbench.rank import Progress, Rank
+from clusterbench.results import documents
+from clusterbench.results.folder import TABLES, RunFolder, default_run_dir, load_run, save_run
+from clusterbench.results.schema import Run
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where and how the ranks run."""
+
+    nproc: int | None = None  # None: the GPU count, else 2
+    backend: str = "auto"
+    device: str | None = None
+    timeout: float = 300.0
+    out: Path | None = None
+
+
+def add_launch_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("launch")
+    g.add_argument("--nproc", type=types.whole(1), help="local ranks to spawn (default: GPU count, else 2)")
+    g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
+    g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    g.add_argument("--timeout", type=types.real(0.0), help="seconds any collective may take (default 300)")
+    add_out_argument(g)
+
+
+def add_out_argument(p: Any) -> None:
+    p.add_argument("--out", type=Path, help="run folder (default runs/<UTC time>-<command>)")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a command's prepare() knows before any rank starts."""
+
+    dist: DistConfig
+    world_size: int
+    run_dir: Path
+    joined: launch.LaunchedBy | None
+
+    @property
+    def device_type(self) -> str:
+        return self.dist.device_type
+
+
+@dataclass(frozen=True)
+class RankCommand:
+    """A command whose work runs on every rank of a process group."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    prepare: Callable[[argparse.Namespace, Plan], Any]  # typed options, validated for this plan
+    work: Callable[[Rank, Any], None]  # every rank
+    # After the ranks, on the process that owns the run folder: judge the run, return an exit code.
+    conclude: Callable[[Run, Any], int] | None = None
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        self.add_arguments(p)
+        add_launch_arguments(p)
+
+    def main(self, args: argparse.Namespace) -> int:
+        return _run_ranks(self, args)
+
+
+@dataclass(frozen=True)
+class LocalCommand:
+    """A command that measures in this process and keeps what it found in a run folder."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    prepare: Callable[[argparse.Namespace], Any]
+    work: Callable[[RunFolder, Any], None]
+    results_to_stderr: Callable[[Any], bool] = field(default=lambda options: False)  # stdout is data
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        self.add_arguments(p)
+        add_out_argument(p)
+
+    def main(self, args: argparse.Namespace) -> int:
+        options = self.prepare(args)
+        out = getattr(args, "out", None) or default_run_dir(self.name)
+        folder = RunFolder(out, self.name, sys.argv)
+        try:
+            self.work(folder, options)
+        except BaseException as e:
+            folder.finish("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", one_line(e))
+            raise
+        folder.finish("complete")
+        _print_results(folder.path, sys.stderr if self.results_to_stderr(options) else sys.stdout)
+        return EXIT_OK
+
+
+@dataclass(frozen=True)
+class ToolCommand:
+    """A command that reads run folders and other documents, and measures nothing."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        self.add_arguments(p)
+
+    def main(self, args: argparse.Namespace) -> int:
+        return self.run(args)
+
+
+Command = RankCommand | LocalCommand | ToolCommand
+
+
+@dataclass(frozen=True)
+class _RankJob:
+    """What every rank receives (pickled to spawned ranks)."""
+
+    command: str
+    work: Callable[[Rank, Any], None]
+    options: Any
+    run_dir: Path
+    argv: tuple[str, ...]
+
+
+def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
+    env = environment(worker)  # a collective: every rank takes part
+    folder = RunFolder(job.run_dir, job.command, list(job.argv)) if worker.rank == 0 else None
+    if folder is not None:
+        folder.record(env=env, hardware=describe())  # NVML and /sys only: starts no CUDA context
+    try:
+        job.work(Rank(worker, progress, env, folder), job.options)
+    except BaseException as e:
+        if folder is not None:
+            folder.finish("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", one_line(e))
+        raise
+    if folder is not None:
+        folder.finish("complete")
+
+
+def world_size(options: Launch, cfg: DistConfig, joined: launch.LaunchedBy | None) -> int:
+    """The number of ranks: the launcher's, or --nproc local ones."""
+    if joined is not None:
+        return joined.world_size
+    if options.nproc is not None:
+        return options.nproc
+    return max(1, torch.cuda.device_count()) if cfg.device_type == "cuda" else 2
+
+
+def plan_for(args: argparse.Namespace, command: str) -> Plan:
+    options = Launch(**types.given(args, Launch))
+    cfg = resolve(options.backend, options.device, options.timeout)
+    joined = launch.launched_by()
+    return Plan(cfg, world_size(options, cfg, joined), options.out or default_run_dir(command), joined)
+
+
+def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
+    plan = plan_for(args, cmd.name)
+    options = cmd.prepare(args, plan)
+    owner = plan.joined is None or plan.joined.rank == 0  # writes the run folder and concludes
+    if owner:
+        documents.check_writable(plan.run_dir, "the run folder")
+    job = _RankJob(cmd.name, cmd.work, options, plan.run_dir, tuple(sys.argv))
+    outcome = launch.run(launch.Job(_rank_main, job, plan.dist), plan.world_size)
+    if not owner:
+        if outcome.code == EXIT_USAGE:
+            return outcome.code  # rank 0 says it once
+        _raise(outcome, plan.run_dir)
+        return outcome.code
+    run = _finished_run(plan.run_dir, outcome)
+    code, late = outcome.code, None
+    if run is not None:
+        try:
+            if cmd.conclude is not None:
+                code = max(code, cmd.conclude(run, options))
+        except RunFailed as e:
+            late = e
+            if run.status == "complete":
+                run.status, run.error = "failed", one_line(e)
+        finally:
+            save_run(plan.run_dir, run)
+    _raise(outcome, plan.run_dir)
+    if late is not None:
+        raise late
+    _print_results(plan.run_dir, sys.stdout)
+    return code
+
+
+def _finished_run(run_dir: Path, outcome: launch.Outcome) -> Run | None:
+    """The run as rank 0 left it, read once, with the job's ending: the supervisor knows the
+    root cause (a rank that died) better than rank 0, which may only have seen its peer vanish."""
+    if not (run_dir / "run.json").exists():
+        return None
+    try:
+        run = load_run(run_dir)
+    except UsageError:
+        return None
+    if outcome.code != EXIT_OK:
+        run.status = "interrupted" if outcome.code == EXIT_INTERRUPTED else "failed"
+        run.error, run.finished_utc = outcome.message, run.finished_utc or documents.utc_stamp()
+    return run
+
+
+def _raise(outcome: launch.Outcome, run_dir: Path) -> None:
+    if outcome.code == EXIT_OK:
+        return
+    if outcome.code == EXIT_USAGE:
+        raise UsageError(outcome.message)
+    if outcome.code == EXIT_INTERRUPTED:
+        raise Interrupted(f"interrupted; what was measured so far is in {run_dir}")
+    raise RunFailed(outcome.message)
+
+
+def _print_results(run_dir: Path, stream: Any) -> None:
+    files = [run_dir / "run.json"] + [run_dir / f"{t}.csv" for t in TABLES] + [run_dir / "report.html"]
+    print(f"# results: {', '.join(str(f) for f in files if f.exists())}", file=stream, flush=True)

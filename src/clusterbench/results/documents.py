@@ -1,0 +1,203 @@
+"""Every JSON document clusterbench reads or writes: a kind, a schema version, a typed record.
+
+Run folders (run.json), baselines and loss references go through one reader: it refuses a
+file that is missing, half-written, of another kind, of a newer version or with a field
+that does not fit, in one line naming the file and the field; it upgrades an older
+version step by step. Writes are atomic and strict JSON, with the mode the user's umask
+gives (a report copied to a web server must be readable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterbench.errors import UsageError
+from clusterbench.results import codec
+from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
+
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of document: its "kind" value, current version, record type and upgrades."""
+
+    name: str
+    label: str  # how messages call it
+    version: int
+    record: type
+    upgrades: dict[int, Upgrade] = field(default_factory=dict)  # from version v to v + 1
+    # The version of a document written before it carried this kind's markers, or None.
+    legacy: Callable[[dict[str, Any]], int | None] = lambda doc: None
+    hint: str = ""  # what to do with a document of this kind that cannot be read
+
+
+@dataclass(frozen=True)
+class MetricStats:
+    mean: float
+    min: float
+    max: float
+    count: int = field(metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Each metric's mean, min, max and count over several runs (docs/methodology.md §6)."""
+
+    created_utc: str
+    runs: list[str]
+    metrics: dict[str, MetricStats]
+    kind: str = "clusterbench-baseline"
+    schema_version: int = 1
+
+
+@dataclass(frozen=True)
+class ReferenceModel:
+    preset: str
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class ReferenceHardware:
+    device_type: str | None = None
+    devices: list[str] = field(default_factory=list)
+    torch: str | None = None
+
+
+@dataclass(frozen=True)
+class LossReference:
+    """A reference loss curve and the task that made it (docs/methodology.md §5)."""
+
+    task: str
+    model: ReferenceModel
+    global_batch: int
+    seq_len: int
+    packing: bool
+    steps: int = field(metadata={"min": 1})
+    seed: int
+    dtype: str
+    lr: float
+    lr_warmup_steps: int
+    micro_batch: int
+    parallel: str
+    world_size: int
+    hardware: ReferenceHardware
+    clusterbench_version: str
+    command: list[str]
+    repeats: int = field(metadata={"min": 1})
+    max_relative_deviation: float = field(metadata={"min": 0})
+    noise_band: float = field(metadata={"min": 0})
+    variance_limit: float = field(metadata={"min": 0})
+    mre_limit: float = field(metadata={"min": 0})
+    losses: list[float]
+    kind: str = "clusterbench-loss-reference"
+    schema_version: int = 1
+
+
+RUN = Kind(RUN_KIND, "run.json", SCHEMA_VERSION, Run, upgrades={1: upgrade_v1},
+           legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
+           hint="run the command again with this clusterbench")
+BASELINE = Kind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")
+REFERENCE = Kind("clusterbench-loss-reference", "loss reference", 1, LossReference,
+                 # Written by 0.1 with "format" in place of "schema_version".
+                 legacy=lambda doc: doc.get("format") if doc.get("kind") == "clusterbench-loss-reference" else None,
+                 hint="make one with clusterbench train --save-reference")
+
+
+def read_json(path: Path, label: str) -> Any:
+    """A JSON file, or a one-line UsageError saying why it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{label}: cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{label}: not valid JSON (half-written or corrupt): {e.msg} at line {e.lineno}") from None
+
+
+def read(path: Path, kind: Kind, label: str | None = None) -> Any:
+    """The document at `path` as `kind`'s record, upgraded to the current version."""
+    label = label or str(path)
+    doc = read_json(path, label)
+    if not isinstance(doc, dict):
+        raise UsageError(f"{label}: not a clusterbench {kind.label} ({kind.hint})")
+    marked = doc.get("kind")
+    if marked == kind.name and "schema_version" in doc:
+        version = doc["schema_version"]
+    else:
+        version = kind.legacy(doc) if marked in (None, kind.name) else None
+    if version is None:
+        other = doc.get("kind")
+        what = f"a {other}, " if isinstance(other, str) and other.startswith("clusterbench-") else ""
+        raise UsageError(f"{label}: {what}not a clusterbench {kind.label} ({kind.hint})")
+    if not isinstance(version, int) or version > kind.version:
+        raise UsageError(f"{label} has schema version {version}; this clusterbench reads {kind.label} "
+                         f"versions up to {kind.version}: upgrade clusterbench to read it")
+    while version < kind.version:
+        if version not in kind.upgrades:
+            raise UsageError(f"{label} has schema version {version}, too old for this clusterbench: {kind.hint}")
+        doc = kind.upgrades[version](doc)
+        version += 1
+    try:
+        return codec.load(kind.record, doc)
+    except codec.SchemaError as e:
+        raise UsageError(f"{label}: field {e}") from None
+
+
+def to_text(record: Any) -> str:
+    return json.dumps(codec.dump(record), indent=1, allow_nan=False) + "\n"
+
+
+def write(path: Path, record: Any, label: str) -> Path:
+    """Write a document atomically; a failure is one line naming what could not be written."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(p, to_text(record))
+    except OSError as e:
+        raise UsageError(f"{label}: cannot write {p} ({e.strerror or e})") from None
+    return p
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600 files
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_writable(folder: Path, label: str) -> Path:
+    """Create `folder` and prove a file can be written in it, before any work starts."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{label}: cannot write in {folder} ({e.strerror or e})") from None
+    return folder
+
+
+def utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

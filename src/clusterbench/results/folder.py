@@ -1,0 +1,98 @@
+"""Run folders: run.json and one CSV per table, complete on disk after every update.
+
+Rank 0 owns the folder and rewrites each file atomically whenever a result arrives, so a
+run that stops early still leaves parseable files with every row measured so far.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import socket
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from clusterbench.errors import UsageError
+from clusterbench.results import codec, documents
+from clusterbench.results.schema import Env, Run
+
+TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <name>.csv
+
+
+def default_run_dir(command: str) -> Path:
+    return Path("runs") / f"{documents.utc_stamp()}-{command}"
+
+
+class RunFolder:
+    """The run in memory, saved to its folder whenever it changes."""
+
+    def __init__(self, path: Path, command: str, argv: list[str]) -> None:
+        self.path = documents.check_writable(Path(path), "the run folder")
+        self.run = Run(command=command, argv=list(argv), started_utc=documents.utc_stamp(),
+                       env=Env(hostname=socket.gethostname()))
+        self._unsaved: set[str] = set()
+        self._saved_at = 0.0
+        self.save()
+
+    @property
+    def json_path(self) -> Path:
+        return self.path / "run.json"
+
+    def save(self) -> None:
+        documents.atomic_write(self.json_path, documents.to_text(self.run))
+        self._saved_at = time.monotonic()
+
+    def record(self, **sections: Any) -> None:
+        """Set sections of run.json (each a typed record of the schema) and save."""
+        for name, value in sections.items():
+            if not hasattr(self.run, name):
+                raise AttributeError(f"run.json has no section {name!r}")
+            setattr(self.run, name, value)
+        self.save()
+
+    def append(self, table: str, row: Any, min_interval_s: float = 0.0) -> None:
+        """Add a row to a table of run.json and to <table>.csv.
+
+        A hot loop passes min_interval_s so that writing never costs it more than one save per
+        interval; whoever does must call flush() when it ends, however it ends.
+        """
+        getattr(self.run, table).append(row)
+        self._unsaved.add(table)
+        if time.monotonic() - self._saved_at >= min_interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self.save()
+        for table in sorted(self._unsaved):
+            self._write_csv(table)
+        self._unsaved.clear()
+
+    def _write_csv(self, table: str) -> None:
+        rows = getattr(self.run, table)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(codec.dump(r) for r in rows)
+        documents.atomic_write(self.path / f"{table}.csv", buf.getvalue())
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        self.run.status = status  # type: ignore[assignment]
+        self.run.error = error
+        self.run.finished_utc = documents.utc_stamp()
+        self.flush()
+
+
+def load_run(path: str | Path) -> Run:
+    """A run folder (or its run.json), checked field by field and upgraded to this version."""
+    p = Path(path)
+    file = p / "run.json" if p.is_dir() else p
+    if not file.exists():
+        raise UsageError(f"no run found at {path}: {file} does not exist")
+    return documents.read(file, documents.RUN)
+
+
+def save_run(run_dir: Path, run: Run) -> None:
+    """Write a run that was loaded, after its conclusion changed it."""
+    documents.atomic_write(Path(run_dir) / "run.json", documents.to_text(run))

@@ -1,0 +1,230 @@
+"""run.json: every section as a typed record, the one layout every command writes and reads.
+
+Version 2 (this one) against version 1: a "kind" key, a GPU's PCIe fields grouped under
+"pcie", `expected` figures, a train section's `reference_note` and summary `stop_reason`,
+verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is null). Version 1
+folders are read through `upgrade_v1`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from clusterbench import __version__
+from clusterbench.results.hardware import Hardware, Peaks
+
+RUN_KIND = "clusterbench-run"
+SCHEMA_VERSION = 2
+Status = Literal["running", "complete", "failed", "interrupted"]
+
+
+@dataclass
+class Env:
+    """Facts every run records; `hosts` and `devices` come from every rank."""
+
+    hostname: str
+    python: str | None = None
+    platform: str | None = None
+    clusterbench: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    backend: str | None = None
+    backend_version: str | None = None
+    world_size: int | None = None
+    device_type: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CommOptions:
+    """The comm sweep as asked for (defaults: `clusterbench comm`'s own)."""
+
+    ops: tuple[str, ...] = ("all_reduce",)
+    bidirectional: bool = False  # pt2pt sends both ways at once
+    min_bytes: int = 8
+    max_bytes: int | None = None  # None: the device's default (64 MiB CPU; 1 GiB capped by free memory GPU)
+    step_factor: float = 2.0
+    dtype: str = "float32"
+    reduce_op: str = "sum"
+    in_place: bool = False
+    root: int = 0
+    iters: int | None = None  # None: auto
+    warmup: int = 5
+    time_budget_s: float = 0.25
+    rank_time: str = "max"
+    check: bool = True
+    unit: str = "Gbps"
+
+
+@dataclass(frozen=True)
+class CommRow:
+    """One message size of one collective, as printed and as stored (docs/methodology.md §1)."""
+
+    op: str
+    size_bytes: int
+    count: int
+    dtype: str
+    world_size: int
+    in_place: bool
+    duration_us: float
+    throughput_gbps: float
+    busbw_gbps: float
+    wrong: int = field(metadata={"min": 0})
+    iters: int
+    p50_us: float
+    p99_us: float
+    min_us: float
+    max_us: float
+    cv: float
+    reduce_op: str | None = None
+    root: int | None = None
+
+    @property
+    def description(self) -> str:
+        text = f"{self.count} x {self.dtype}"
+        if self.reduce_op:
+            text += f" {self.reduce_op}"
+        return text + (" in-place" if self.in_place else "")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What defines the fine-tuning task; the comparable part of it is a reference's identity."""
+
+    preset: str
+    model_params: int | None
+    model_config: dict[str, Any]
+    model_hash: str
+    parallel: str
+    dtype: str
+    world_size: int
+    global_batch: int
+    micro_batch: int
+    grad_accum: int
+    seq_len: int
+    packing: bool
+    steps: int
+    warmup_steps: int
+    lr: float
+    lr_warmup_steps: int
+    seed: int
+    task: str
+    activation_checkpointing: bool = False
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step: int
+    loss: float | None  # null: the loss was not finite
+    tokens: int  # padded tokens of the global batch
+    real_tokens: int
+    loss_tokens: int
+    seconds: float
+    in_window: bool
+    tgs: float | None
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """Speed figures of the timed window (docs/methodology.md §4)."""
+
+    steps_done: int
+    tokens: int
+    window_s: float
+    tgs: float | None
+    padded_tgs: float | None
+    flops_per_step: float | None  # None: no FLOPs formula for this model
+    tflops_per_device: float | None
+    mfu: float | None
+    hfu: float | None
+    peak_tflops: float
+    peak_source: str
+    peak_memory_bytes: int | None = None
+    peak_memory_kind: str | None = None
+    status: Literal["complete", "nan"] = "complete"
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The loss curve against a reference (docs/methodology.md §5)."""
+
+    reference: str
+    reference_losses: list[float]
+    steps_compared: int
+    variance: float | None
+    mre: float | None
+    mre_window: tuple[int, ...]
+    max_abs_dev: float | None
+    first_step_error: float | None
+    variance_limit: float
+    mre_limit: float
+    verdict: Literal["PASS", "FAIL"]
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Train:
+    config: TrainConfig
+    summary: TrainSummary | None = None
+    losses: list[float | None] = field(default_factory=list)
+    alignment: Alignment | None = None
+    repeat_losses: list[list[float | None]] = field(default_factory=list)
+    reference_note: str | None = None  # why no reference judged this run
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: str
+    status: Literal["PASS", "WARN", "FAIL", "SKIP"]  # SKIP: not judged, `detail` says why
+    detail: str
+
+
+@dataclass
+class Run:
+    """A run folder's run.json."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: str = RUN_KIND
+    tool: str = "clusterbench"
+    version: str = __version__
+    command: str = ""
+    argv: list[str] = field(default_factory=list)
+    started_utc: str = ""
+    finished_utc: str | None = None
+    status: Status = "running"
+    error: str | None = None
+    env: Env = field(default_factory=lambda: Env(hostname=""))
+    hardware: Hardware | None = None
+    peaks: Peaks | None = None
+    comm_options: CommOptions | None = None
+    comm: list[CommRow] = field(default_factory=list)
+    train: Train | None = None
+    train_steps: list[StepRow] = field(default_factory=list)
+    expected: dict[str, float] = field(default_factory=dict)  # figures rules judge against, by metric
+    verdicts: list[Verdict] = field(default_factory=list)
+    verdict: Literal["PASS", "WARN", "FAIL"] | None = None
+
+
+def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 run.json in version 2's layout."""
+    doc = {**doc, "kind": RUN_KIND, "schema_version": 2}
+    hardware = doc.get("hardware")
+    if isinstance(hardware, dict) and isinstance(hardware.get("gpus"), list):
+        gpus = []
+        for gpu in hardware["gpus"]:
+            if isinstance(gpu, dict):
+                pcie = {k.removeprefix("pcie_"): v for k, v in gpu.items() if k.startswith("pcie_")}
+                gpu = {k: v for k, v in gpu.items() if not k.startswith("pcie_")} | {"pcie": pcie}
+            gpus.append(gpu)
+        doc["hardware"] = {**hardware, "gpus": gpus}
+    options = doc.get("comm_options")
+    if isinstance(options, dict):
+        # Version 1 kept the resolved sweep; its bounds are the first and last size.
+        sizes = options.get("sizes") or [8]
+        doc["comm_options"] = {k: v for k, v in options.items() if k not in ("sizes", "fit_device_memory")} | {
+            "min_bytes": min(sizes), "max_bytes": max(sizes)}
+    return doc

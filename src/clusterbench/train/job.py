@@ -1,0 +1,122 @@
+"""The fine-tuning job: built once from typed options before any rank starts, judged once after.
+
+Building resolves every default for the hardware (preset, sequence length, batch, dtype,
+learning rate), refuses what cannot run (a batch that does not divide, a sequence longer than
+the model takes, data a tokenizer cannot read), and chooses the reference curve. Judging, on
+the process that owns the run folder, compares the finished curve with that reference and
+writes --save-reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from clusterbench.analyse import alignment, references
+from clusterbench.errors import UsageError
+from clusterbench.results import documents
+from clusterbench.results.documents import LossReference
+from clusterbench.results.schema import Run, TrainConfig
+from clusterbench.train import models
+from clusterbench.train.data import load_task
+from clusterbench.train.loop import LoopConfig
+from clusterbench.train.options import TrainOptions
+
+# The task of a CPU run: small enough to train 100 steps on two cores in seconds.
+CPU_DEFAULTS = {"preset": "tiny", "seq_len": 64, "global_batch": 16, "micro_batch": 4, "dtype": "float32"}
+GPU_DEFAULTS = {"preset": "llama-1b", "seq_len": 2048, "global_batch": 32, "micro_batch": 4, "dtype": "bfloat16"}
+GPU_SMALL_PRESET, GPU_SMALL_BYTES = "125m", 40 * 1024**3  # below this, llama-1b + Adam does not fit
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    model: models.ModelSpec
+    loop: LoopConfig
+    options: TrainOptions
+    seq_len: int
+    config: TrainConfig  # train.config of run.json; model_params filled in once the model exists
+    reference: LossReference | None  # the curve to judge by; None: not judged
+    reference_label: str | None
+    reference_note: str | None  # why no shipped reference judges this run
+
+
+def _defaults(device_type: str) -> dict:
+    if device_type != "cuda":
+        return CPU_DEFAULTS
+    if torch.cuda.get_device_properties(0).total_memory < GPU_SMALL_BYTES:
+        return {**GPU_DEFAULTS, "preset": GPU_SMALL_PRESET}
+    return GPU_DEFAULTS
+
+
+def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
+    """Resolve the defaults and refuse bad settings before any rank starts."""
+    defaults = _defaults(device_type)
+    preset = opts.preset or (None if opts.model_config or opts.model_path else defaults["preset"])
+    spec = models.resolve(preset, opts.model_config, opts.model_path)
+    seq_len = opts.seq_len or defaults["seq_len"]
+    global_batch = opts.global_batch or defaults["global_batch"]
+    if opts.warmup_steps >= opts.steps:
+        raise UsageError(f"--warmup-steps {opts.warmup_steps} leaves no timed step of --steps {opts.steps}")
+    if spec.max_positions and seq_len > spec.max_positions:
+        raise UsageError(f"--seq-len {seq_len} is longer than model {spec.name} can take "
+                         f"(max_position_embeddings {spec.max_positions})")
+    micro = _micro_batch(opts.micro_batch, defaults["micro_batch"], global_batch, world_size)
+    lr = opts.lr if opts.lr is not None else (1e-3 if spec.name == "tiny" else 3e-4)
+    if not (math.isfinite(lr) and lr > 0):
+        raise UsageError(f"--lr must be positive, got {lr:g}")
+    loop = LoopConfig(steps=opts.steps, warmup_steps=opts.warmup_steps, global_batch=global_batch,
+                      micro_batch=micro, lr=lr, lr_warmup_steps=opts.lr_warmup_steps,
+                      dtype=opts.dtype or defaults["dtype"], parallel=opts.parallel,
+                      activation_checkpointing=opts.activation_checkpointing)
+    # Loaded here too (the ranks load their own) so bad data fails before any rank starts.
+    task = load_task(opts.data, opts.tokenizer, seq_len, opts.packing, opts.seed)
+    vocab = spec.config.get("vocab_size", task.vocab_size)
+    if task.vocab_size > vocab:
+        raise UsageError(f"the tokenizer has {task.vocab_size} tokens, model {spec.name} only {vocab}")
+    config = TrainConfig(
+        preset=spec.name, model_params=None, model_config=spec.config, model_hash=spec.config_hash,
+        parallel=loop.parallel, dtype=loop.dtype, world_size=world_size, global_batch=global_batch,
+        micro_batch=micro, grad_accum=global_batch // (micro * world_size), seq_len=seq_len,
+        packing=opts.packing, steps=loop.steps, warmup_steps=loop.warmup_steps, lr=lr,
+        lr_warmup_steps=loop.lr_warmup_steps, seed=opts.seed, task=task.name,
+        activation_checkpointing=loop.activation_checkpointing, repeats=opts.repeats)
+    shipped = references.shipped_name(spec.name, device_type, loop.dtype)
+    ref, label, note = references.choose(opts.reference, shipped, config)
+    if opts.save_reference:
+        documents.check_writable(Path(opts.save_reference).parent, f"--save-reference {opts.save_reference}")
+    return TrainJob(spec, loop, opts, seq_len, config, ref, label, note)
+
+
+def _micro_batch(asked: int | None, largest: int, global_batch: int, world_size: int) -> int:
+    """The micro-batch given, else the largest up to `largest` that divides each rank's rows."""
+    per_rank, rem = divmod(global_batch, world_size)
+    micro = asked or (max(d for d in range(1, largest + 1) if per_rank % d == 0) if per_rank else 1)
+    if rem or per_rank % micro:
+        raise UsageError(f"--global-batch {global_batch} is not divisible into micro-batches of {micro} "
+                         f"on {world_size} ranks (it must be a multiple of {micro} x {world_size} = "
+                         f"{micro * world_size})")
+    return micro
+
+
+def judge(run: Run, job: TrainJob) -> None:
+    """On the process that owns the run folder: the alignment verdict, printed and kept, and the
+    reference file. The run's own failures are the analysis layer's to name."""
+    train = run.train
+    if train is None:
+        return
+    train.reference_note = job.reference_note
+    if job.reference_note:
+        print(f"# {job.reference_note}", flush=True)
+    if job.reference is not None and train.losses:
+        ref = job.reference
+        limits = alignment.limits_for(ref.losses, ref.noise_band, job.options.variance_limit, job.options.mre_limit)
+        train.alignment = alignment.compare(train.losses, ref.losses, limits, train.config.steps, job.reference_label)
+        print(alignment.table(train.alignment), flush=True)
+    path = job.options.save_reference
+    if path and train.summary is not None and train.summary.status == "complete" and run.status == "complete":
+        curves = [train.losses, *train.repeat_losses]
+        references.save(references.make(replace(train.config), curves, run.env, run.argv), path)
+        print(f"# reference written: {path}", flush=True)

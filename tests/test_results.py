@@ -1,0 +1,99 @@
+"""run.json and the other documents: one typed schema, checked where it is read, written strictly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, read_run, run_cli
+from report_fixtures import as_run, gpu_run_doc, write_run
+
+from clusterbench.results import codec, documents
+from clusterbench.results.folder import load_run
+from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
+
+V1_RUN = Path(__file__).parent / "data" / "v1-run"  # `clusterbench run --quick` of clusterbench 0.1.0
+
+
+def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    shutil.copytree(V1_RUN, run)
+    old = load_run(run)
+    assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(old.comm) == 20
+    assert old.train is not None and old.train.config.preset == "tiny" and len(old.train.losses) == 12
+    proc = run_cli("report", str(run))
+    assert proc.returncode == 0, proc.stderr
+    html = (run / "report.html").read_text()
+    assert "Fine-tuning" in html and "comm correctness" in html
+    compared = run_cli("compare", str(run), str(run))
+    assert compared.returncode == 0, compared.stderr
+
+
+def test_version_1_gpus_get_their_pcie_fields_grouped() -> None:
+    flat = {"index": 0, "name": "NVIDIA H100", "pcie_gen_current": 4, "pcie_gen_max": 5, "pcie_gbps": 63.0,
+            "pcie_downtrained": True, "pcie_under_load": True, "pcie_note": None}
+    doc = {"schema_version": 1, "tool": "clusterbench", "hardware": {"hostname": "a", "gpus": [flat]},
+           "comm_options": {"sizes": [8, 1024], "fit_device_memory": False, "unit": "GBps"}}
+    run = codec.load(Run, upgrade_v1(doc))
+    gpu = run.hardware.gpus[0]
+    assert (gpu.pcie.gen_current, gpu.pcie.gen_max, gpu.pcie.downtrained, gpu.pcie.under_load) == (4, 5, True, True)
+    assert (run.comm_options.min_bytes, run.comm_options.max_bytes, run.comm_options.unit) == (8, 1024, "GBps")
+
+
+def test_a_run_round_trips_through_json() -> None:
+    run = as_run(gpu_run_doc({"hostname": "gpu-node-01", "gpus": []}))
+    text = documents.to_text(run)
+    assert codec.load(Run, json.loads(text)) == run
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda d: d["train"].update(losses=["low", 2.0]), "field train.losses[0]: expected a number, got 'low'"),
+    (lambda d: d["comm"][3].pop("busbw_gbps"), "field comm[3].busbw_gbps: missing"),
+    (lambda d: d["comm"][0].update(wrong=-1), "field comm[0].wrong: must be at least 0"),
+    (lambda d: d.update(status="finished"), "field status: expected one of"),
+    (lambda d: d["train"]["summary"].update(tgs=True), "field train.summary.tgs: expected a number, got True"),
+    (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "upgrade clusterbench"),
+    (lambda d: d.update(kind="clusterbench-baseline"), "a clusterbench-baseline, not a clusterbench run.json"),
+])
+def test_a_document_with_wrong_contents_is_one_line_naming_the_field(change, needle: str, tmp_path: Path) -> None:
+    doc = gpu_run_doc({})
+    change(doc)
+    run = write_run(tmp_path / "run", doc)
+    for command in (["report", str(run)], ["compare", str(run), str(run)]):
+        assert_one_line_error(run_cli(*command), 2, needle)
+
+
+def test_a_reference_with_a_negative_noise_band_is_refused(tmp_path: Path) -> None:
+    shipped = Path(__file__).parents[1] / "src" / "clusterbench" / "references" / "tiny-cpu-float32.json"
+    ref = json.loads(shipped.read_text())
+    ref["noise_band"] = -0.5
+    bad = tmp_path / "ref.json"
+    bad.write_text(json.dumps(ref))
+    proc = run_cli("align", str(V1_RUN), "--reference", str(bad))
+    assert_one_line_error(proc, 2, "field noise_band: must be at least 0, got -0.5")
+
+
+def test_run_folder_files_get_the_umask_mode_and_strict_json(tmp_path: Path) -> None:
+    """0644 under umask 022, so a report copied to a web server can be read; no NaN tokens."""
+    out = tmp_path / "run"
+
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "clusterbench", *args], capture_output=True, text=True,
+                              timeout=180, check=False, env={**os.environ, **env}, preexec_fn=lambda: os.umask(0o022))
+
+    trained = cli("train", "--steps", "5", "--warmup-steps", "1", "--seq-len", "32", "--global-batch", "4",
+                  "--peak-tflops", "1", "--out", str(out), CLUSTERBENCH_TEST_NAN_STEP="3")
+    assert trained.returncode == 1, trained.stderr  # the NaN fails the run
+    assert cli("report", str(out)).returncode == 0
+    files = sorted(out.iterdir())
+    assert {f.name for f in files} == {"run.json", "train_steps.csv", "report.html"}
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o644 for f in files), [oct(f.stat().st_mode) for f in files]
+    text = (out / "run.json").read_text()
+    json.loads(text, parse_constant=lambda token: pytest.fail(f"non-strict JSON token {token}"))
+    assert read_run(out)["train"]["losses"][2] is None and read_run(out)["kind"] == RUN_KIND
