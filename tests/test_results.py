@@ -27,6 +27,7 @@ def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path)
     old = load_run(run)
     assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(old.comm) == 20
     assert old.train is not None and old.train.config.preset == "tiny" and len(old.train.losses) == 12
+    assert (old.comm_options.min_bytes, old.comm_options.max_bytes, old.comm_options.step_factor) == (8, 2**20, 4.0)
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     html = (run / "report.html").read_text()
@@ -57,6 +58,7 @@ def test_a_run_round_trips_through_json() -> None:
     (lambda d: d["comm"][3].pop("busbw_gbps"), "field comm[3].busbw_gbps: missing"),
     (lambda d: d["comm"][0].update(wrong=-1), "field comm[0].wrong: must be at least 0"),
     (lambda d: d.update(status="finished"), "field status: expected one of"),
+    (lambda d: d["comm"][0].update(fast=True), "field comm[0].fast: unknown field"),
     (lambda d: d["train"]["summary"].update(tgs=True), "field train.summary.tgs: expected a number, got True"),
     (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "upgrade clusterbench"),
     (lambda d: d.update(kind="clusterbench-baseline"), "a clusterbench-baseline, not a clusterbench run.json"),
@@ -97,3 +99,10 @@ def test_run_folder_files_get_the_umask_mode_and_strict_json(tmp_path: Path) -> 
     text = (out / "run.json").read_text()
     json.loads(text, parse_constant=lambda token: pytest.fail(f"non-strict JSON token {token}"))
     assert read_run(out)["train"]["losses"][2] is None and read_run(out)["kind"] == RUN_KIND
+
+
+def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    shutil.copytree(V1_RUN, run)
+    (run / "report.html").mkdir()  # something in the way of the file
+    assert_one_line_error(run_cli("report", str(run)), 2, "report: cannot write")

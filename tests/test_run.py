@@ -50,6 +50,17 @@ def test_skip_and_stage_options_reach_the_stages(tmp_path: Path) -> None:
                                           "detail": "not judged: the comm stage did not run"}
 
 
+def test_stages_left_out_are_not_judged(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("run", "--skip", "comm", "--skip", "train", "--peak-seconds", "0.1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = read_run(out)
+    checks = {c["check"]: c["status"] for c in doc["verdicts"]}
+    assert checks == {"comm correctness": "SKIP", "comm bandwidth": "SKIP", "training": "SKIP", "MFU": "SKIP",
+                      "loss alignment": "SKIP", "run": "PASS"}
+    assert doc["peaks"]["matmul"] and doc["hardware"]["cpu"]
+
+
 def test_a_corrupted_collective_fails_the_verdict_but_training_still_runs(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = run_cli("run", "--quick", "--peak-seconds", "0.1", "--train-args", "--steps 8 --warmup-steps 2",
@@ -83,14 +94,18 @@ def test_rules_file_replaces_the_default_checks(tmp_path: Path) -> None:
     rules = tmp_path / "strict.yaml"
     rules.write_text("rules:\n"
                      "  - name: MFU at least 99%\n    metric: train.mfu\n    criteria: '>= 0.99'\n"
-                     "  - name: tgs\n    metric: train.tgs\n    criteria: '> 0'\n    level: WARN\n")
+                     "  - name: tgs\n    metric: train.tgs\n    criteria: '> 0'\n    level: WARN\n"
+                     "  - name: typo\n    metric: train.tsg\n    criteria: '> 0'\n")
     out = tmp_path / "run"
     proc = run_cli("run", "--skip", "comm", "--peak-seconds", "0.1", "--train-args", "--steps 6 --warmup-steps 2",
                    "--rules", str(rules), "--out", str(out), timeout=300)
     assert proc.returncode == 1, proc.stderr
     doc = read_run(out)
-    assert [(c["check"], c["status"]) for c in doc["verdicts"]] == [("MFU at least 99%", "FAIL"), ("tgs", "PASS")]
+    assert [(c["check"], c["status"]) for c in doc["verdicts"]] == [
+        ("MFU at least 99%", "FAIL"), ("tgs", "PASS"), ("typo", "FAIL")]
     assert "rule: train.mfu >= 0.99" in doc["verdicts"][0]["detail"] and doc["verdict"] == "FAIL"
+    # A pattern that matches nothing fails visibly after the run, instead of losing its conclusion.
+    assert "this run has no train.tsg" in doc["verdicts"][2]["detail"] and (out / "report.html").exists()
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -102,8 +117,12 @@ def test_rules_file_replaces_the_default_checks(tmp_path: Path) -> None:
     (["--skip", "everything"], "invalid choice"),
     (["--expect-busbw", "nan"], "--expect-busbw"),
     (["--rules", "/nonexistent/rules.yaml"], "cannot read rules file"),
+    (["--rules", "{change}"], "needs a baseline"),
 ])
 def test_bad_options_are_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    change = tmp_path / "change.yaml"
+    change.write_text("- metric: train.tgs\n  function: change\n  criteria: '> 0'\n")
+    args = [a.format(change=change) for a in args]
     assert_one_line_error(run_cli("run", *args, "--out", str(tmp_path / "run")), 2, needle)
     assert not (tmp_path / "run").exists()
 

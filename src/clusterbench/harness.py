@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench import launch
 from clusterbench.dist import DistConfig, Worker, environment, resolve
 from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunFailed, UsageError, one_line
@@ -48,10 +48,10 @@ class Launch:
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
-    g.add_argument("--nproc", type=types.whole(1), help="local ranks to spawn (default: GPU count, else 2)")
+    g.add_argument("--nproc", type=argtypes.whole(1), help="local ranks to spawn (default: GPU count, else 2)")
     g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
     g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    g.add_argument("--timeout", type=types.real(0.0), help="seconds any collective may take (default 300)")
+    g.add_argument("--timeout", type=argtypes.real(0.0), help="seconds any collective may take (default 300)")
     add_out_argument(g)
 
 
@@ -82,8 +82,9 @@ class RankCommand:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     prepare: Callable[[argparse.Namespace, Plan], Any]  # typed options, validated for this plan
     work: Callable[[Rank, Any], None]  # every rank
-    # After the ranks, on the process that owns the run folder: judge the run, return an exit code.
-    conclude: Callable[[Run, Any], int] | None = None
+    # After the ranks, on the process that owns the run folder: conclude(run, options, run folder)
+    # judges the run as rank 0 left it and returns an exit code; the harness saves the run after.
+    conclude: Callable[[Run, Any, Path], int] | None = None
 
     def add(self, p: argparse.ArgumentParser) -> None:
         self.add_arguments(p)
@@ -177,7 +178,7 @@ def world_size(options: Launch, cfg: DistConfig, joined: launch.LaunchedBy | Non
 
 
 def plan_for(args: argparse.Namespace, command: str) -> Plan:
-    options = Launch(**types.given(args, Launch))
+    options = Launch(**argtypes.given(args, Launch))
     cfg = resolve(options.backend, options.device, options.timeout)
     joined = launch.launched_by()
     return Plan(cfg, world_size(options, cfg, joined), options.out or default_run_dir(command), joined)
@@ -201,12 +202,12 @@ def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     if run is not None:
         try:
             if cmd.conclude is not None:
-                code = max(code, cmd.conclude(run, options))
+                code = max(code, cmd.conclude(run, options, plan.run_dir))
         except RunFailed as e:
             late = e
             if run.status == "complete":
                 run.status, run.error = "failed", one_line(e)
-        finally:
+        finally:  # whatever the conclusion found is kept, even when it ends in an error
             save_run(plan.run_dir, run)
     _raise(outcome, plan.run_dir)
     if late is not None:

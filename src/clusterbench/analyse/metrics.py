@@ -74,6 +74,7 @@ class Metrics:
     values: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # a value in words
     absent: dict[str, str] = field(default_factory=dict)  # why this run has no such metric
+    not_run: dict[str, str] = field(default_factory=dict)  # metric families (comm, train, ...) whose stage did not run
 
     def put(self, name: str, value: float, note: str | None = None) -> None:
         self.values[name] = float(value)
@@ -104,7 +105,7 @@ def _mean(values: list[float]) -> float:
 def _comm(run: Run, m: Metrics) -> None:
     rows = run.comm
     if not rows:
-        m.absent["comm.wrong"] = "the comm stage did not run"
+        m.not_run["comm"] = "the comm stage did not run"
         return
     bad = [r for r in rows if r.wrong]
     where = ", ".join(f"{r.op} {r.size_bytes} B ({r.wrong} wrong)" for r in bad[:5])
@@ -162,7 +163,7 @@ def _hardware(run: Run, m: Metrics) -> None:
 
 def _train(train: Train | None, m: Metrics) -> None:
     if train is None:
-        m.absent["train.completed"] = "the train stage did not run"
+        m.not_run["train"] = "the train stage did not run"
         return
     s = train.summary
     steps = len(train.losses)
@@ -198,6 +199,7 @@ def _train(train: Train | None, m: Metrics) -> None:
 def _peaks(run: Run, m: Metrics) -> None:
     # The slowest device gates the whole job, so a peak across devices is their minimum.
     if run.peaks is None:
+        m.not_run["peaks"] = "no peaks were measured"
         return
     for p in run.peaks.matmul:
         name = f"peaks.matmul.{p.dtype}.tflops"

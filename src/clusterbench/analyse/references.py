@@ -66,7 +66,7 @@ def choose(asked: str | None, shipped: str, config: TrainConfig) -> tuple[LossRe
         return ref, label, None
     why = why or recipe_mismatch(ref, config)
     if why:
-        return None, None, f"not judged against the shipped {label}: {why}"
+        return None, None, f"the shipped {label} does not fit: {why}"
     return ref, label, None
 
 

@@ -12,8 +12,9 @@
                                                 # ignore (not listed), WARN or FAIL
         summary: all_reduce busbw against the link's theoretical figure
 
-`clusterbench run` judges with the shipped default_rules.yaml unless given --rules;
-`clusterbench compare --rules` with the file it is given.
+A rule about a stage that did not run (no comm rows, no train section) is not judged, whatever
+its `missing` says. `clusterbench run` judges with the shipped default_rules.yaml unless given
+--rules; `clusterbench compare --rules` with the file it is given.
 """
 
 from __future__ import annotations
@@ -142,8 +143,11 @@ def matches(pattern: str, name: str) -> bool:
 
 
 def evaluate(rules: list[Rule], metrics: Metrics, baseline: dict[str, float] | None = None,
-             expected: dict[str, float] | None = None) -> list[RuleResult]:
-    """Judge `metrics`: their values, their change against `baseline`, or their share of `expected`."""
+             expected: dict[str, float] | None = None, strict: bool = True) -> list[RuleResult]:
+    """Judge `metrics`: their values, their change against `baseline`, or their share of `expected`.
+
+    A rule whose metric is missing and says `missing: error` is a UsageError when `strict`;
+    otherwise (judging a run that has just been measured) it is a FAIL that says so."""
     results = []
     for rule in rules:
         if rule.function == "change" and baseline is None:
@@ -154,20 +158,30 @@ def evaluate(rules: list[Rule], metrics: Metrics, baseline: dict[str, float] | N
                        and (rule.function != "expected" or n in reference))
         if names:
             results += [_judge(rule, name, metrics, reference) for name in names]
-        elif rule.missing == "error":
-            raise UsageError(f"rule {rule.name!r}: metric pattern {', '.join(rule.patterns)} matches no metric")
         elif rule.missing != "ignore":
-            results.append(_not_judged(rule, metrics))
+            result = _not_judged(rule, metrics)
+            if strict and rule.missing == "error" and result.verdict != "SKIP":
+                raise UsageError(f"rule {rule.name!r}: metric pattern {', '.join(rule.patterns)} matches no metric")
+            results.append(result)
     return results
 
 
+def _family(pattern: str) -> str:
+    """The first part of the names a pattern can match: comm, train, peaks, ..."""
+    return re.match(r"[a-z_]*", pattern.removeprefix("re:")).group(0)
+
+
 def _not_judged(rule: Rule, metrics: Metrics) -> RuleResult:
-    why = next((text for name, text in metrics.absent.items() if any(matches(p, name) for p in rule.patterns)),
-               None)
+    """A rule without a metric: SKIP when its stage did not run, else what its `missing` says."""
+    stage = next((metrics.not_run[f] for f in map(_family, rule.patterns) if f in metrics.not_run), None)
+    why = stage or next((text for name, text in metrics.absent.items()
+                         if any(matches(p, name) for p in rule.patterns)), None)
     if why is None:
         why = (f"no expected figure for {', '.join(rule.patterns)}" if rule.function == "expected"
                else f"this run has no {', '.join(rule.patterns)}")
-    verdict = "SKIP" if rule.missing == "skip" else rule.missing
+    verdict = "SKIP" if stage else {"skip": "SKIP", "error": "FAIL"}.get(rule.missing, rule.missing)
+    if verdict == "FAIL" and rule.missing == "error":
+        why += " (the rule says a missing metric is an error: check its pattern)"
     return RuleResult(rule.name, ", ".join(rule.patterns), None, None, None, rule.criteria, verdict, rule.summary,
                       f"not judged: {why}")
 
@@ -183,7 +197,7 @@ def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] 
         words += f" ({'no baseline value' if checked is None else f'{checked:+.1%} against the baseline'})"
     elif rule.function == "expected":
         checked = value / base if base else None
-        words += f" = {checked:.0%} of the expected {base:g}" if checked is not None else ""
+        words += f" = {checked:.0%} of the expected figure" if checked is not None else ""
     ok = checked is not None and rule.test(checked)
     if not ok:
         subject = {"value": name, "change": "change", "expected": "value / expected"}[rule.function]

@@ -20,7 +20,10 @@ _SHOWN = 3  # results named in one line before "and N more"
 
 def judge(run: Run, rules: list[Rule] | None = None) -> list[Verdict]:
     """One verdict per rule (the default rules unless given), in the rules' order."""
-    results = evaluate(rules if rules is not None else default_rules(), metrics_of(run), expected=run.expected)
+    # strict=False: a rule that matches nothing in a run just measured FAILs visibly, with the
+    # report still written, rather than throwing the measurements' conclusion away.
+    results = evaluate(rules if rules is not None else default_rules(), metrics_of(run), expected=run.expected,
+                       strict=False)
     by_rule: dict[str, list[RuleResult]] = {}
     for r in results:
         by_rule.setdefault(r.rule, []).append(r)
@@ -46,7 +49,10 @@ def overall(verdicts: list[Verdict]) -> str:
 
 def conclude_stage(run: Run, stage: str) -> int:
     """A stage command's ending: RunFailed naming its first FAILing check, else exit code 0."""
-    for v in judge(run, [r for r in default_rules() if r.name in STAGE_CHECKS[stage]]):
+    rules = [r for r in default_rules() if r.name in STAGE_CHECKS[stage]]
+    if len(rules) != len(STAGE_CHECKS[stage]):  # a renamed default rule must not let failures pass
+        raise LookupError(f"default_rules.yaml lacks one of the checks {STAGE_CHECKS[stage]}")
+    for v in judge(run, rules):
         if v.status == "FAIL":
             raise RunFailed(f"{v.check} FAIL: {v.detail}")
     return EXIT_OK

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.comm.ops import ALL_OPS, OPS, REDUCE_OPS
 from clusterbench.comm.sizes import sweep
 from clusterbench.comm.timing import RANK_TIME
@@ -43,20 +43,21 @@ def dtype_name(text: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", type=ops_list, help="comma-separated ops, or 'all' (default: all_reduce)")
-    p.add_argument("-b", "--min-bytes", dest="min_bytes", type=types.size,
+    p.add_argument("-b", "--min-bytes", dest="min_bytes", type=argtypes.size,
                    help="smallest message (suffixes K, M, G; default 8)")
-    p.add_argument("-e", "--max-bytes", dest="max_bytes", type=types.size,
+    p.add_argument("-e", "--max-bytes", dest="max_bytes", type=argtypes.size,
                    help="largest message (default 64M on CPU, 1G on GPU capped by free memory)")
-    p.add_argument("-f", "--step-factor", dest="step_factor", type=types.real(1.0),
+    p.add_argument("-f", "--step-factor", dest="step_factor", type=argtypes.real(1.0),
                    help="size multiplier per step (default 2)")
     p.add_argument("--dtype", type=dtype_name, help="default float32")
     p.add_argument("--reduce-op", choices=tuple(REDUCE_OPS), help="default sum")
     p.add_argument("--in-place", action="store_true", help="run all_gather / reduce_scatter in place")
-    p.add_argument("--root", type=types.whole(0), help="root rank of broadcast, reduce, gather, scatter")
+    p.add_argument("--root", type=argtypes.whole(0), help="root rank of broadcast, reduce, gather, scatter")
     p.add_argument("--bidirectional", action="store_true", help="pt2pt: send both ways at once")
-    p.add_argument("--iters", type=types.auto_or(types.whole(1)), help="timed iterations per size, or auto (default)")
-    p.add_argument("--warmup", type=types.whole(1), help="warm-up iterations per size (default 5)")
-    p.add_argument("--time-budget", dest="time_budget_s", type=types.real(0.0),
+    p.add_argument("--iters", type=argtypes.auto_or(argtypes.whole(1)),
+                   help="timed iterations per size, or auto (default)")
+    p.add_argument("--warmup", type=argtypes.whole(1), help="warm-up iterations per size (default 5)")
+    p.add_argument("--time-budget", dest="time_budget_s", type=argtypes.real(0.0),
                    help="--iters auto: seconds of timed iterations per size at most (default 0.25)")
     p.add_argument("--rank-time", choices=RANK_TIME, help="how per-rank times combine (default max: the slowest)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction,

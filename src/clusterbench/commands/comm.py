@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.analyse.verdicts import conclude_stage
 from clusterbench.comm import options
 from clusterbench.comm.bench import run_comm
@@ -13,13 +14,13 @@ from clusterbench.results.schema import CommOptions, Run
 
 
 def prepare(args: argparse.Namespace, plan: Plan) -> CommOptions:
-    opts = options.build(types.given(args, CommOptions))
+    opts = options.build(argtypes.given(args, CommOptions))
     local_ranks = None if plan.joined else plan.world_size
     options.validate(opts, plan.world_size, plan.device_type, local_ranks)
     return opts
 
 
-def conclude(run: Run, opts: CommOptions) -> int:
+def conclude(run: Run, opts: CommOptions, run_dir: Path) -> int:
     """Any wrong element fails the run (exit 1), naming the op and size."""
     return conclude_stage(run, "comm")
 

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.analyse import baseline
 from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare, failed
 from clusterbench.analyse.metrics import flatten, metrics_of
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_b", metavar="B", nargs="?", help="the run folder judged against A")
     p.add_argument("--baseline", metavar="FILE", help="judge A against this baseline (from clusterbench baseline)")
     p.add_argument("--rules", metavar="YAML", help="acceptance rules; they replace the default tolerance")
-    p.add_argument("--tolerance", type=types.real(0.0, strict=False), default=DEFAULT_TOLERANCE,
+    p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False), default=DEFAULT_TOLERANCE,
                    help=f"relative worsening that fails a metric (default {DEFAULT_TOLERANCE:g} = 5 %%)")
     p.add_argument("--all", action="store_true", help="also compare busbw at every message size")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -44,7 +44,11 @@ def main(args: argparse.Namespace) -> int:
     if rules is not None:
         results = evaluate(rules, metrics_of(candidate), reference, candidate.expected)
         bad = [r for r in results if r.verdict == "FAIL"]
-        verdict = f"{'FAIL' if bad else 'PASS'}: {len(results) - len(bad)} of {len(results)} checks pass"
+        passed = sum(r.verdict == "PASS" for r in results)
+        others = ", ".join(f"{sum(r.verdict == v for r in results)} {v}" for v in ("WARN", "SKIP")
+                           if any(r.verdict == v for r in results))
+        verdict = (f"{'FAIL' if bad else 'PASS'}: {passed} of {len(results)} checks pass"
+                   + (f" ({others})" if others else ""))
         _print(results, args.json, _rules_text(results), f"# rules: {verdict}")
         return EXIT_FAILED if bad else EXIT_OK
     rows = compare(reference, flatten(candidate), args.tolerance, per_size=args.all)

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.harness import LocalCommand
 from clusterbench.hw.render import render
 from clusterbench.hw.topology import describe
@@ -34,6 +34,6 @@ def work(folder: RunFolder, opts: InfoOptions) -> None:
 
 COMMAND = LocalCommand(
     "info", "the hardware picture: CPU, memory, GPUs, links, topology, NICs",
-    add_arguments, lambda args: InfoOptions(**types.given(args, InfoOptions)), work,
+    add_arguments, lambda args: InfoOptions(**argtypes.given(args, InfoOptions)), work,
     results_to_stderr=lambda opts: opts.json,
 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.dist import device_name
 from clusterbench.harness import LocalCommand
 from clusterbench.hw import peaks
@@ -40,8 +40,8 @@ def dtype_list(text: str) -> tuple[str, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", type=dtype_list, help="comma-separated (default float32,bfloat16)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: every GPU, else the CPU)")
-    p.add_argument("--seconds", type=types.real(0.0), help="timed seconds per figure (default 1)")
-    p.add_argument("--size", type=types.whole(1), help="matmul n (default 8192 GPU, 2048/1024 CPU)")
+    p.add_argument("--seconds", type=argtypes.real(0.0), help="timed seconds per figure (default 1)")
+    p.add_argument("--size", type=argtypes.whole(1), help="matmul n (default 8192 GPU, 2048/1024 CPU)")
 
 
 def prepare(args: argparse.Namespace) -> PeakCommandOptions:
@@ -54,7 +54,7 @@ def prepare(args: argparse.Namespace) -> PeakCommandOptions:
     else:
         devices = ["cpu"]
     checked = tuple(str(peaks.check_device(d)) for d in devices)
-    return PeakCommandOptions(PeakOptions(**types.given(args, PeakOptions)), checked)
+    return PeakCommandOptions(PeakOptions(**argtypes.given(args, PeakOptions)), checked)
 
 
 def work(folder: RunFolder, opts: PeakCommandOptions) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.analyse.rules import Rule, default_rules, load_rules
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.comm import options as comm_options
@@ -55,8 +55,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    title: str
-    work: Callable[[Rank, Any], None]
+    work: Callable[[Rank, Any], None]  # the per-rank work of the command of the same name
     options: Any
 
 
@@ -66,7 +65,6 @@ class RunPlan:
     train: train_job.TrainJob | None  # judged against its reference after the ranks
     rules: tuple[Rule, ...]
     expected: dict[str, float] = field(default_factory=dict)
-    run_dir: Path = Path(".")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,9 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", action="append", choices=SKIPPABLE, help="leave a stage out (repeatable)")
     p.add_argument("--comm-args", help="options for the comm stage, as for `clusterbench comm`")
     p.add_argument("--train-args", help="options for the train stage, as for `clusterbench train`")
-    p.add_argument("--expect-busbw", type=types.real(0.0), metavar="GBPS",
+    p.add_argument("--expect-busbw", type=argtypes.real(0.0), metavar="GBPS",
                    help="FAIL when all_reduce busbw (GB/s) at the largest sizes is below 0.9 x this")
-    p.add_argument("--peak-seconds", type=types.real(0.0), help="seconds per measured peak (default 0.5)")
+    p.add_argument("--peak-seconds", type=argtypes.real(0.0), help="seconds per measured peak (default 0.5)")
     p.add_argument("--rules", type=Path, metavar="YAML",
                    help="the rules that give the verdicts (default: the shipped default_rules.yaml)")
 
@@ -96,41 +94,44 @@ def stage_options(add: Callable[[argparse.ArgumentParser], None], record: type, 
         words = shlex.split(text)
     except ValueError as e:
         raise UsageError(f"{what}: {e}") from None
-    return types.given(parser.parse_args(words), record)
+    return argtypes.given(parser.parse_args(words), record)
 
 
 def prepare(args: argparse.Namespace, plan: Plan) -> RunPlan:
-    opts = RunOptions(**types.given(args, RunOptions))
+    opts = RunOptions(**argtypes.given(args, RunOptions))
     rules = load_rules(opts.rules) if opts.rules else default_rules()
+    changes = [r.name for r in rules if r.function == "change"]
+    if changes:
+        raise UsageError(f"--rules {opts.rules}: rule {changes[0]!r} uses function change, which needs a baseline: "
+                         "judge the finished run with clusterbench compare RUN --baseline FILE --rules FILE")
     cuda = plan.device_type == "cuda"
     stages = [
-        Stage("hardware", "hardware", hw_stages.hardware, hw_stages.HardwareOptions(pcie_load=cuda)),
-        Stage("peaks", "peaks: torch.mm n x n and copy, per device", hw_stages.measure,
-              hw_stages.PeakOptions(dtypes=("bfloat16", "float32") if cuda else ("float32",),
-                                    seconds=opts.peak_seconds)),
+        Stage("hardware", hw_stages.hardware, hw_stages.HardwareOptions(pcie_load=cuda)),
+        Stage("peaks", hw_stages.measure, hw_stages.PeakOptions(
+            dtypes=("bfloat16", "float32") if cuda else ("float32",), seconds=opts.peak_seconds)),
     ]
     if "comm" not in opts.skip:
         given = stage_options(comm_options.add_arguments, CommOptions, opts.comm_args, "--comm-args")
         comm = comm_options.build(given, COMM_QUICK if opts.quick else COMM_DEFAULTS["cuda" if cuda else "cpu"])
         comm_options.validate(comm, plan.world_size, plan.device_type, None if plan.joined else plan.world_size)
-        stages.append(Stage("comm", "comm", run_comm, comm))
+        stages.append(Stage("comm", run_comm, comm))
     train = None
     if "train" not in opts.skip:
         given = stage_options(train_options.add_arguments, train_options.TrainOptions, opts.train_args,
                               "--train-args")
         train = train_job.build(train_options.build(given), plan.device_type, plan.world_size)
-        stages.append(Stage("train", "train", run_train, train))
+        stages.append(Stage("train", run_train, train))
     expected = {EXPECTED_BUSBW_METRIC: opts.expect_busbw * 8} if opts.expect_busbw else {}
-    return RunPlan(tuple(stages), train, tuple(rules), expected, plan.run_dir)
+    return RunPlan(tuple(stages), train, tuple(rules), expected)
 
 
 def work(rank: Rank, plan: RunPlan) -> None:
     for i, stage in enumerate(plan.stages, 1):
-        rank.say(f"\n== [{i}/{len(plan.stages)}] {stage.title}")
+        rank.say(f"\n== [{i}/{len(plan.stages)}] {stage.name}")
         stage.work(rank, stage.options)
 
 
-def conclude(run: Run, plan: RunPlan) -> int:
+def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
     """Judge the run by its rules, keep the verdicts, write the report, print the summary."""
     from clusterbench.report.html import render_report  # matplotlib: only the concluding process
 
@@ -139,7 +140,7 @@ def conclude(run: Run, plan: RunPlan) -> int:
     run.expected = dict(plan.expected)
     run.verdicts = judge(run, list(plan.rules))
     run.verdict = overall(run.verdicts)
-    report = render_report(plan.run_dir, run)
+    report = render_report(run_dir, run)
     print("\n== verdict")
     for v in run.verdicts:
         print(f"  {v.status:<5} {v.check:<18} {v.detail}")

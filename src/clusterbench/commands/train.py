@@ -8,8 +8,9 @@ a mismatched reference and out of memory.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.analyse.verdicts import conclude_stage
 from clusterbench.harness import Plan, RankCommand
 from clusterbench.results.schema import Run
@@ -18,10 +19,10 @@ from clusterbench.train.bench import run_train
 
 
 def prepare(args: argparse.Namespace, plan: Plan) -> job.TrainJob:
-    return job.build(options.build(types.given(args, options.TrainOptions)), plan.device_type, plan.world_size)
+    return job.build(options.build(argtypes.given(args, options.TrainOptions)), plan.device_type, plan.world_size)
 
 
-def conclude(run: Run, train_job: job.TrainJob) -> int:
+def conclude(run: Run, train_job: job.TrainJob, run_dir: Path) -> int:
     job.judge(run, train_job)
     return conclude_stage(run, "train")
 

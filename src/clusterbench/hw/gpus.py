@@ -142,9 +142,10 @@ def pcie_level(nvml: Any, handles: list[Any], a: int, b: int) -> str:
     return _TOPO_LEGEND.get(found, "?")
 
 
-def pcie_under_load(nvml: Any, handles: list[Any], devices: list[int], seconds: float) -> list[PcieLink | None]:
+def pcie_under_load(nvml: Any, handles: list[Any], devices: list[int] | None,
+                    seconds: float) -> list[PcieLink | None]:
     """PCIe readings of the GPUs behind `handles`, taken while host-to-device copies keep the
-    CUDA devices `devices` busy; None for a GPU that could not be kept busy."""
+    CUDA devices `devices` (torch indices; None: all) busy; None for a GPU that was not kept busy."""
     samples: list[list[tuple[int | None, ...]]] = [[] for _ in handles]
     with peaks.busy_gpus(devices) as busy:
         deadline = time.monotonic() + seconds

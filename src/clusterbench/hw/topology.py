@@ -40,7 +40,8 @@ def describe(pcie_load: bool = False) -> Hardware:
         handles = [nvml.call(lib, "nvmlDeviceGetHandleByIndex", i) for i in range(count)]
         found = [gpus.gpu(lib, i, h) for i, h in enumerate(handles)]
         if pcie_load:
-            readings = gpus.pcie_under_load(lib, handles, list(range(count)), PCIE_LOAD_SECONDS)
+            # Every device torch sees (NVML counts GPUs CUDA_VISIBLE_DEVICES hides too): UUIDs pair them up.
+            readings = gpus.pcie_under_load(lib, handles, None, PCIE_LOAD_SECONDS)
             found = [replace(g, pcie=r) if r is not None else g for g, r in zip(found, readings)]
         matrix = gpus.topology_matrix(found, lambda a, b: gpus.pcie_level(lib, handles, a, b))
         return replace(info, gpus=found, gpu_topology=matrix)

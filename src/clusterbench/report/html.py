@@ -15,7 +15,7 @@ from clusterbench.report import comm, train
 from clusterbench.report.blocks import badge, esc, section
 from clusterbench.report.hardware import hardware_section, peaks_section
 from clusterbench.report.style import CSS
-from clusterbench.results.documents import atomic_write
+from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run
 from clusterbench.results.schema import Run, Verdict
 
@@ -30,9 +30,7 @@ def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
     run = run if run is not None else load_run(run_dir)
     folder = Path(run_dir)
     folder = folder if folder.is_dir() else folder.parent
-    path = folder / REPORT_NAME
-    atomic_write(path, page(run))
-    return path
+    return write_text(folder / REPORT_NAME, page(run), "report")
 
 
 def expected_plots(run: Run) -> int:

@@ -24,11 +24,13 @@ h3 code { font-size:14px; }
 .verdict { border:1px solid var(--line); border-left-width:4px; border-radius:8px; padding:10px 12px; }
 .verdict.pass { border-left-color:var(--pass); } .verdict.warn { border-left-color:var(--warn); }
 .verdict.fail { border-left-color:var(--fail); }
+.verdict.skip { border-left-color:#d1d5db; } .verdict.skip .check { color:var(--muted); }
 .verdict .check { font-weight:600; margin-left:6px; }
 .verdict .detail { color:var(--muted); font-size:13px; margin-top:4px; }
 .badge { display:inline-block; font-size:11px; font-weight:700; letter-spacing:.04em; padding:2px 8px;
   border-radius:999px; background:#e5e7eb; color:#374151; }
-.badge.pass { background:var(--pass-bg); color:var(--pass); } .badge.warn { background:var(--warn-bg); color:var(--warn); }
+.badge.pass { background:var(--pass-bg); color:var(--pass); }
+.badge.warn { background:var(--warn-bg); color:var(--warn); }
 .badge.fail { background:var(--fail-bg); color:var(--fail); }
 .cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(170px, 1fr)); gap:10px; margin:8px 0 14px; }
 .card { border:1px solid var(--line); border-radius:8px; padding:10px 12px; background:#fbfbfc; }

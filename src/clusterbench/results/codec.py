@@ -2,9 +2,10 @@
 
 The schema is plain dataclasses with type hints; this module is the only code that turns
 them into JSON values and JSON values into them. Reading checks each value against its
-field's type (and a `min` in the field's metadata), so a document that has the right shape
-but wrong contents is refused at the boundary with the path of the field at fault, instead
-of failing later in code that formats or divides it.
+field's type (and a `min` in the field's metadata) and refuses fields the schema does not
+have, so a document that has the right shape but wrong contents is refused at the boundary
+with the path of the field at fault, instead of failing later in code that formats or
+divides it.
 
 JSON is written strictly: a float that is not finite (a NaN loss) becomes null, so jq,
 JavaScript and pandas read every file; fields that may hold such a value are typed
@@ -113,6 +114,9 @@ def _record(cls: type, value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         raise SchemaError(where, f"expected an object, got {_show(value)}")
     hints = _hints(cls)
+    unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise SchemaError(f"{where}.{unknown[0]}" if where else unknown[0], "unknown field (from another version?)")
     kwargs = {}
     for f in dataclasses.fields(cls):
         path = f"{where}.{f.name}" if where else f.name

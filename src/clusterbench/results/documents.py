@@ -35,7 +35,7 @@ _FILE_MODE = 0o666 & ~_umask()
 
 
 @dataclass(frozen=True)
-class Kind:
+class DocumentKind:
     """One kind of document: its "kind" value, current version, record type and upgrades."""
 
     name: str
@@ -110,11 +110,11 @@ class LossReference:
     schema_version: int = 1
 
 
-RUN = Kind(RUN_KIND, "run.json", SCHEMA_VERSION, Run, upgrades={1: upgrade_v1},
+RUN = DocumentKind(RUN_KIND, "run.json", SCHEMA_VERSION, Run, upgrades={1: upgrade_v1},
            legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
            hint="run the command again with this clusterbench")
-BASELINE = Kind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")
-REFERENCE = Kind("clusterbench-loss-reference", "loss reference", 1, LossReference,
+BASELINE = DocumentKind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")
+REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, LossReference,
                  # Written by 0.1 with "format" in place of "schema_version".
                  legacy=lambda doc: doc.get("format") if doc.get("kind") == "clusterbench-loss-reference" else None,
                  hint="make one with clusterbench train --save-reference")
@@ -130,7 +130,7 @@ def read_json(path: Path, label: str) -> Any:
         raise UsageError(f"{label}: not valid JSON (half-written or corrupt): {e.msg} at line {e.lineno}") from None
 
 
-def read(path: Path, kind: Kind, label: str | None = None) -> Any:
+def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
     """The document at `path` as `kind`'s record, upgraded to the current version."""
     label = label or str(path)
     doc = read_json(path, label)
@@ -165,13 +165,17 @@ def to_text(record: Any) -> str:
 
 def write(path: Path, record: Any, label: str) -> Path:
     """Write a document atomically; a failure is one line naming what could not be written."""
-    p = Path(path)
+    return write_text(Path(path), to_text(record), label)
+
+
+def write_text(path: Path, text: str, label: str) -> Path:
+    """Write a file atomically, creating its folder; a failure is one line naming the file."""
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(p, to_text(record))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, text)
     except OSError as e:
-        raise UsageError(f"{label}: cannot write {p} ({e.strerror or e})") from None
-    return p
+        raise UsageError(f"{label}: cannot write {path} ({e.strerror or e})") from None
+    return path
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -223,8 +223,12 @@ def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
         doc["hardware"] = {**hardware, "gpus": gpus}
     options = doc.get("comm_options")
     if isinstance(options, dict):
-        # Version 1 kept the resolved sweep; its bounds are the first and last size.
-        sizes = options.get("sizes") or [8]
-        doc["comm_options"] = {k: v for k, v in options.items() if k not in ("sizes", "fit_device_memory")} | {
-            "min_bytes": min(sizes), "max_bytes": max(sizes)}
+        # Version 1 kept the resolved sweep: its bounds and step, and pt2pt's direction in the op's name.
+        sizes = sorted(options.get("sizes") or [8])
+        ops = [str(op) for op in options.get("ops") or []]
+        kept = {k: v for k, v in options.items() if k not in ("sizes", "fit_device_memory")}
+        doc["comm_options"] = kept | {
+            "min_bytes": sizes[0], "max_bytes": sizes[-1],
+            "step_factor": sizes[1] / sizes[0] if len(sizes) > 1 else 2.0,
+            "ops": [op.replace("pt2pt_bidir", "pt2pt") for op in ops], "bidirectional": "pt2pt_bidir" in ops}
     return doc

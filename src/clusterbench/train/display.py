@@ -58,8 +58,8 @@ def summary(s: TrainSummary) -> str:
     lines += [
         f"  FLOPs per step               {_num(s.flops_per_step, '.4g')}",
         f"  TFLOPS per device            {_num(s.tflops_per_device, '.4g')}",
-        (f"  MFU                          {_num(s.mfu and 100 * s.mfu, '.2f')} %"
-         f"  (peak {s.peak_tflops:.4g} TFLOP/s, {s.peak_source})"),
+        (f"  MFU                          {100 * s.mfu:.2f} %  (peak {s.peak_tflops:.4g} TFLOP/s, {s.peak_source})"
+         if s.mfu is not None else "  MFU                          - (no FLOPs formula for this model)"),
     ]
     if s.hfu is not None:
         lines.append(f"  HFU (with recomputation)     {100 * s.hfu:.2f} %")

@@ -109,7 +109,7 @@ def judge(run: Run, job: TrainJob) -> None:
         return
     train.reference_note = job.reference_note
     if job.reference_note:
-        print(f"# {job.reference_note}", flush=True)
+        print(f"# loss alignment not judged: {job.reference_note}", flush=True)
     if job.reference is not None and train.losses:
         ref = job.reference
         limits = alignment.limits_for(ref.losses, ref.noise_band, job.options.variance_limit, job.options.mre_limit)

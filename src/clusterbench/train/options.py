@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import Any
 
-from clusterbench import args as types
+from clusterbench import args as argtypes
 from clusterbench.train import models
 from clusterbench.train.loop import DTYPES
 
@@ -51,32 +51,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("task")
     g.add_argument("--data", help="SFT JSONL, alpaca or chat form (default: the shipped set)")
     g.add_argument("--tokenizer", help="tokenizer.json or its directory (default: shipped)")
-    g.add_argument("--seq-len", type=types.whole(1), help="tokens per row (default 64 CPU, 2048 GPU)")
+    g.add_argument("--seq-len", type=argtypes.whole(1), help="tokens per row (default 64 CPU, 2048 GPU)")
     g.add_argument("--packing", action=argparse.BooleanOptionalAction,
                    help="pack examples into full rows (default) or pad each to --seq-len")
-    g.add_argument("--global-batch", type=types.whole(1), help="rows per optimizer step, any world size "
+    g.add_argument("--global-batch", type=argtypes.whole(1), help="rows per optimizer step, any world size "
                    "(default 16 CPU, 32 GPU)")
-    g.add_argument("--micro-batch", type=types.whole(1), help="rows per forward pass per rank (default 4)")
-    g.add_argument("--steps", type=types.whole(1), help="optimizer steps (default 100)")
-    g.add_argument("--warmup-steps", type=types.whole(0), help="untimed steps before the window (default 5)")
-    g.add_argument("--lr", type=types.real(0.0), help="peak learning rate (default 1e-3 tiny, else 3e-4)")
-    g.add_argument("--lr-warmup-steps", type=types.whole(0), help="linear lr ramp, then constant (default 10)")
-    g.add_argument("--seed", type=types.whole(0), help="weights and data order (default 0)")
+    g.add_argument("--micro-batch", type=argtypes.whole(1), help="rows per forward pass per rank (default 4)")
+    g.add_argument("--steps", type=argtypes.whole(1), help="optimizer steps (default 100)")
+    g.add_argument("--warmup-steps", type=argtypes.whole(0), help="untimed steps before the window (default 5)")
+    g.add_argument("--lr", type=argtypes.real(0.0), help="peak learning rate (default 1e-3 tiny, else 3e-4)")
+    g.add_argument("--lr-warmup-steps", type=argtypes.whole(0), help="linear lr ramp, then constant (default 10)")
+    g.add_argument("--seed", type=argtypes.whole(0), help="weights and data order (default 0)")
     g = p.add_argument_group("execution")
     g.add_argument("--dtype", choices=tuple(DTYPES), help="default float32 CPU, bfloat16 GPU")
     g.add_argument("--parallel", choices=("ddp", "fsdp"), help="data parallelism (default ddp)")
     g.add_argument("--activation-checkpointing", action="store_true", help="recompute layer activations")
-    g.add_argument("--peak-tflops", type=types.real(0.0), help="peak for MFU (skips table and measurement)")
+    g.add_argument("--peak-tflops", type=argtypes.real(0.0), help="peak for MFU (skips table and measurement)")
     g = p.add_argument_group("alignment")
     g.add_argument("--reference", help="reference file or shipped name (default: the shipped curve of this "
                    "preset, device and dtype when the task matches it)")
     g.add_argument("--save-reference", metavar="FILE", help="write this run as a reference")
-    g.add_argument("--repeats", type=types.whole(1), help="run the task K times; the noise band of "
+    g.add_argument("--repeats", type=argtypes.whole(1), help="run the task K times; the noise band of "
                    "--save-reference comes from them (default 1)")
     add_limit_arguments(g)
 
 
 def add_limit_arguments(g: Any) -> None:
-    g.add_argument("--mre-limit", type=types.real(0.0), help="replace the MRE limit (default "
+    g.add_argument("--mre-limit", type=argtypes.real(0.0), help="replace the MRE limit (default "
                    "max(0.02, reference noise band))")
-    g.add_argument("--variance-limit", type=types.real(0.0, strict=False), help="replace the variance limit")
+    g.add_argument("--variance-limit", type=argtypes.real(0.0, strict=False), help="replace the variance limit")
