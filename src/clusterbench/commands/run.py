@@ -30,6 +30,7 @@ from clusterbench.results.schema import CommOptions, Run
 from clusterbench.train import job as train_job
 from clusterbench.train import options as train_options
 from clusterbench.train.bench import run_train
+from clusterbench.units import BITS_PER_BYTE
 
 SKIPPABLE = ("comm", "train")
 # What the comm sweep covers, per hardware; unset, --max-bytes on a GPU keeps comm's own cap at free memory.
@@ -121,7 +122,8 @@ def prepare(args: argparse.Namespace, plan: Plan) -> RunPlan:
                               "--train-args")
         train = train_job.build(train_options.build(given), plan.device_type, plan.world_size)
         stages.append(Stage("train", run_train, train))
-    expected = {EXPECTED_BUSBW_METRIC: opts.expect_busbw * 8} if opts.expect_busbw else {}
+    # --expect-busbw is in GB/s; run.json keeps busbw in Gbps.
+    expected = {EXPECTED_BUSBW_METRIC: opts.expect_busbw * BITS_PER_BYTE} if opts.expect_busbw else {}
     return RunPlan(tuple(stages), train, tuple(rules), expected)
 
 
