@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_one_line_error, run_cli
 from report_fixtures import as_run, gpu_run_doc, train_section, write_run
 
-from clusterbench.analyse.compare import compare, failed
+from clusterbench.analyse.compare import compare, lost, worse
 from clusterbench.analyse.metrics import flatten as flatten_run
 from clusterbench.analyse.metrics import kind_of, size_class
 from clusterbench.results.schema import SCHEMA_VERSION
@@ -62,12 +62,12 @@ def test_compare_verdicts() -> None:
     assert verdicts["train.alignment.mre"] == "PASS"  # 0.006 -> 0.007 is inside the noise floor
     assert verdicts["train.alignment.variance"] == "INFO"
     assert not any("@" in name for name in verdicts)
-    worse = {r.metric: r.verdict for r in compare(a, flatten(run_doc(mre=0.025, verdict="FAIL")))}
-    assert worse["train.alignment.mre"] == worse["train.alignment.pass"] == "FAIL"
+    misaligned = {r.metric: r.verdict for r in compare(a, flatten(run_doc(mre=0.025, verdict="FAIL")))}
+    assert misaligned["train.alignment.mre"] == misaligned["train.alignment.pass"] == "FAIL"
     only_a = compare(a, {}, per_size=True)
     assert {r.verdict for r in only_a} == {"MISSING"} and any("@" in r.metric for r in only_a)
-    assert failed(only_a)  # the candidate lost metrics the reference judged: not a pass
-    assert not failed(compare({}, a))  # new metrics in the candidate are no failure
+    assert lost(only_a) and not worse(only_a)  # the candidate lost metrics the reference judged: not a pass
+    assert not lost(compare({}, a))  # new metrics in the candidate are no failure
 
 
 def test_compare_exit_codes(runs: dict[str, Path]) -> None:
@@ -156,3 +156,22 @@ def test_bad_input_is_one_line_exit_2(runs: dict[str, Path], tmp_path: Path) -> 
             assert_one_line_error(done, 2, cases[name][1])
         except AssertionError as e:
             raise AssertionError(f"case {name!r}: {e}") from None
+
+
+def test_a_failed_run_or_a_lost_metric_fails_the_comparison_by_name(runs: dict[str, Path], tmp_path: Path) -> None:
+    failed = write_run(tmp_path / "failed", {**run_doc(), "status": "failed", "error": "rank 1 died (SIGKILL)"})
+    proc = run_cli("compare", str(runs["a"]), str(failed))
+    assert proc.returncode == 1, proc.stderr
+    assert "run B is failed (rank 1 died (SIGKILL))" in proc.stdout.splitlines()[-1]
+    assert run_cli("compare", str(failed), "--rules", str(_value_rule(tmp_path))).returncode == 1
+    no_train = write_run(tmp_path / "notrain", {**run_doc(), "train": None})
+    proc = run_cli("compare", str(runs["a"]), str(no_train))
+    assert proc.returncode == 1, proc.stderr
+    verdict = proc.stdout.splitlines()[-1]
+    assert "judged metrics missing in the run judged: train." in verdict and "worse" not in verdict
+
+
+def _value_rule(tmp: Path) -> Path:
+    rules = tmp / "tgs.yaml"
+    rules.write_text("- metric: train.tgs\n  criteria: '> 0'\n")
+    return rules

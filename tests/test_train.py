@@ -162,7 +162,14 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     bad_data.write_text('{"instruction": "a", "output": "b"}\n{"instruction": 3, "output": "b"}\n')
     gpt2 = tmp_path / "gpt2.json"
     gpt2.write_text(json.dumps(GPT2))
-    return {"bad_config": bad_config, "bad_data": bad_data, "gpt2": gpt2}
+    files = {"bad_config": bad_config, "bad_data": bad_data, "gpt2": gpt2}
+    llama = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+    for name, change in (("heads", {"hidden_size": 66}), ("negative", {"hidden_size": -64}),
+                         ("unknown", {"model_type": "warp-drive"})):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps({**llama, **change}))
+    return files
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -177,6 +184,10 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--global-batch", "10", "--micro-batch", "4"], "multiple of 4 x 2 = 8"),
     (["--reference", "{missing}"], "--reference"),
     (["--reference", "tiny-cpu-float32", "--steps", "24"], "step count 100, this run has 24"),
+    # Configs transformers refuses, and one that would only fail inside the ranks: one short line each.
+    (["--model-config", "{heads}"], "not a multiple of the number of attention heads"),
+    (["--model-config", "{negative}"], "field hidden_size must be at least 1, got -64"),
+    (["--model-config", "{unknown}"], "unknown model_type 'warp-drive'"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
     files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json"}

@@ -31,7 +31,7 @@ from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupt
 from clusterbench.hw.topology import describe
 from clusterbench.rank import Progress, Rank
 from clusterbench.results import documents
-from clusterbench.results.folder import TABLES, RunFolder, default_run_dir, load_run, save_run
+from clusterbench.results.folder import TABLES, RunFolder, claim, default_run_dir, load_run, save_run
 from clusterbench.results.schema import Run
 
 
@@ -44,6 +44,7 @@ class Launch:
     device: str | None = None
     timeout: float = 300.0
     out: Path | None = None
+    overwrite: bool = False
 
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +58,7 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_out_argument(p: Any) -> None:
     p.add_argument("--out", type=Path, help="run folder (default runs/<UTC time>-<command>)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run an existing --out folder holds")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Plan:
     world_size: int
     run_dir: Path
     joined: launch.LaunchedBy | None
+    overwrite: bool = False
 
     @property
     def device_type(self) -> str:
@@ -111,12 +114,12 @@ class LocalCommand:
 
     def main(self, args: argparse.Namespace) -> int:
         options = self.prepare(args)
-        out = getattr(args, "out", None) or default_run_dir(self.name)
+        out = claim(getattr(args, "out", None) or default_run_dir(self.name), getattr(args, "overwrite", False))
         folder = RunFolder(out, self.name, sys.argv)
         try:
             self.work(folder, options)
         except BaseException as e:
-            folder.finish("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", one_line(e))
+            _finish_failed(folder, e)
             raise
         folder.finish("complete")
         _print_results(folder.path, sys.stderr if self.results_to_stderr(options) else sys.stdout)
@@ -162,10 +165,18 @@ def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
         job.work(Rank(worker, progress, env, folder), job.options)
     except BaseException as e:
         if folder is not None:
-            folder.finish("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", one_line(e))
+            _finish_failed(folder, e)
         raise
     if folder is not None:
         folder.finish("complete")
+
+
+def _finish_failed(folder: RunFolder, e: BaseException) -> None:
+    """Record how the work ended, if the disk still lets us: the first error is the one reported."""
+    try:
+        folder.finish("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", one_line(e))
+    except RunFailed:
+        pass
 
 
 def world_size(options: Launch, cfg: DistConfig, joined: launch.LaunchedBy | None) -> int:
@@ -181,7 +192,8 @@ def plan_for(args: argparse.Namespace, command: str) -> Plan:
     options = Launch(**argtypes.given(args, Launch))
     cfg = resolve(options.backend, options.device, options.timeout)
     joined = launch.launched_by()
-    return Plan(cfg, world_size(options, cfg, joined), options.out or default_run_dir(command), joined)
+    return Plan(cfg, world_size(options, cfg, joined), options.out or default_run_dir(command), joined,
+                options.overwrite)
 
 
 def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
@@ -189,7 +201,7 @@ def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     options = cmd.prepare(args, plan)
     owner = plan.joined is None or plan.joined.rank == 0  # writes the run folder and concludes
     if owner:
-        documents.check_writable(plan.run_dir, "the run folder")
+        claim(plan.run_dir, plan.overwrite)
     job = _RankJob(cmd.name, cmd.work, options, plan.run_dir, tuple(sys.argv))
     outcome = launch.run(launch.Job(_rank_main, job, plan.dist), plan.world_size)
     if not owner:
@@ -208,7 +220,10 @@ def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
             if run.status == "complete":
                 run.status, run.error = "failed", one_line(e)
         finally:  # whatever the conclusion found is kept, even when it ends in an error
-            save_run(plan.run_dir, run)
+            try:
+                save_run(plan.run_dir, run)
+            except RunFailed as e:
+                late = late or e
     _raise(outcome, plan.run_dir)
     if late is not None:
         raise late

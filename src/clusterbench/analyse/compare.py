@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterbench.analyse.metrics import is_per_size, kind_of
+from clusterbench.results.schema import Run
 
 DEFAULT_TOLERANCE = 0.05
 
@@ -41,7 +42,16 @@ def _one(name: str, ref: float | None, cand: float | None, tolerance: float) -> 
     return Comparison(name, ref, cand, ratio, kind.better, verdict)
 
 
-def failed(rows: list[Comparison]) -> list[Comparison]:
-    """FAILs, and judged metrics the candidate lacks: a stage that died must not pass."""
-    return [row for row in rows if row.verdict == "FAIL" or
-            (row.verdict == "MISSING" and row.candidate is None and row.better is not None)]
+def worse(rows: list[Comparison]) -> list[Comparison]:
+    return [row for row in rows if row.verdict == "FAIL"]
+
+
+def lost(rows: list[Comparison]) -> list[Comparison]:
+    """Judged metrics the candidate lacks: a stage that died must not pass."""
+    return [row for row in rows if row.verdict == "MISSING" and row.candidate is None and row.better is not None]
+
+
+def unfinished(runs: dict[str, Run]) -> list[str]:
+    """Why each run that did not complete cannot be compared as if it had, by the name it was given."""
+    return [f"run {label} is {run.status}" + (f" ({run.error})" if run.error else "")
+            for label, run in runs.items() if run.status != "complete"]

@@ -5,7 +5,8 @@ Gbps over a size class; avg is nccl-tests' mean over all sizes; top the sizes of
 quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.link_share
 (top busbw against the link's theoretical one-direction figure), comm.<op>.wrong and
 comm.wrong (all ops), hardware.pcie.downtrained, train.<summary figure>, train.completed,
-train.alignment.<figure>, peaks.matmul.<dtype>.tflops, peaks.copy.gbps and run.completed.
+train.alignment.<figure>, peaks.matmul.<dtype>.tflops, peaks.copy.gbps, and run.failed (only
+in a run that did not complete).
 
 Beside the values: a note that puts a value in words for a verdict line, and for a metric
 this kind of run could have but this one has not, the reason (a CPU has no link table).
@@ -43,11 +44,11 @@ class Kind:
 KINDS: tuple[Kind, ...] = (
     Kind(r"comm\.(.*\.)?wrong", "lower"),
     Kind(r"comm\..*\.(busbw_gbps.*|link_share)", "higher"),
-    Kind(r"(train|run)\.completed|train\.alignment\.pass", "higher"),
+    Kind(r"train\.completed|train\.alignment\.pass", "higher"),
     Kind(r"train\.alignment\.mre", "lower", floor=0.002),
     Kind(r"train\.alignment\.first_step_error", "lower", floor=0.0005),
     Kind(r"train\.alignment\..*", None),
-    Kind(r"train\.peak_memory_bytes|hardware\.pcie\.downtrained", "lower"),
+    Kind(r"train\.peak_memory_bytes|hardware\.pcie\.downtrained|run\.failed", "lower"),
     Kind(r".*\.(tgs|padded_tgs|tflops_per_device|mfu|hfu|tflops|gbps)", "higher"),
 )
 
@@ -89,8 +90,8 @@ def metrics_of(run: Run) -> Metrics:
     _hardware(run, m)
     _train(run.train, m)
     _peaks(run, m)
-    m.put("run.completed", run.status == "complete",
-          "every stage ran to its end" if run.status == "complete" else run.error or f"the run is {run.status}")
+    if run.status != "complete":  # absent from a run that completed, so it adds no line to its verdicts
+        m.put("run.failed", 1, run.error or f"the run is {run.status}")
     return m
 
 

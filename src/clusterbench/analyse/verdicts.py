@@ -42,9 +42,9 @@ def _verdict(name: str, results: list[RuleResult]) -> Verdict:
     return Verdict(name, status, detail)
 
 
-def overall(verdicts: list[Verdict]) -> str:
-    """The worst of the judged checks; PASS when none FAILs or WARNs."""
-    return max((v.status for v in verdicts if v.status in RANKED), key=RANKED.index, default="PASS")
+def overall(verdicts: list[Verdict]) -> str | None:
+    """The worst of the judged checks; None when no check was judged (a verdict over nothing says nothing)."""
+    return max((v.status for v in verdicts if v.status in RANKED), key=RANKED.index, default=None)
 
 
 def conclude_stage(run: Run, stage: str) -> int:

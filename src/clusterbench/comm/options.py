@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from clusterbench import args as argtypes
@@ -19,6 +18,7 @@ from clusterbench.comm.sizes import sweep
 from clusterbench.comm.timing import RANK_TIME
 from clusterbench.comm.values import DTYPE_ALIASES, DTYPES, dtype_named
 from clusterbench.errors import UsageError
+from clusterbench.hw.host import meminfo_bytes
 from clusterbench.results.schema import CommOptions
 from clusterbench.units import BANDWIDTH_UNITS, human_bytes
 
@@ -104,17 +104,7 @@ def check_memory(max_bytes: int, dtype_bytes: int, local_ranks: int, device_type
         return
     # Buffers in and out, the expected result, and the int64 index used to build check values.
     need = local_ranks * max_bytes * (3 + 8 / dtype_bytes)
-    avail = _mem_available()
+    avail = meminfo_bytes(key="MemAvailable")
     if avail and need > avail:
         raise UsageError(f"--max-bytes {human_bytes(max_bytes)} on {local_ranks} ranks needs about "
                          f"{human_bytes(need)} of memory; this machine has {human_bytes(avail)} available")
-
-
-def _mem_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import baseline
-from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare, failed
+from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare, lost, unfinished, worse
 from clusterbench.analyse.metrics import flatten, metrics_of
 from clusterbench.analyse.rules import RuleResult, evaluate, load_rules
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
@@ -35,29 +35,40 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("nothing to compare A with: give a second run B, --baseline FILE or --rules YAML")
     rules = load_rules(args.rules) if args.rules else None
     first = load_run(args.run_a)
+    runs = {"A": first}
     if args.run_b:
-        reference, candidate = flatten(first), load_run(args.run_b)
+        runs["B"] = candidate = load_run(args.run_b)
+        reference = flatten(first)
     elif args.baseline:
         reference, candidate = baseline.load_means(args.baseline), first
     else:
         reference, candidate = None, first
+    problems = unfinished(runs)  # a run that failed or stopped is not compared as if it had completed
     if rules is not None:
         results = evaluate(rules, metrics_of(candidate), reference, candidate.expected)
         bad = [r for r in results if r.verdict == "FAIL"]
+        if bad:
+            problems.insert(0, f"{len(bad)} of {len(results)} checks fail")
         passed = sum(r.verdict == "PASS" for r in results)
         others = ", ".join(f"{sum(r.verdict == v for r in results)} {v}" for v in ("WARN", "SKIP")
                            if any(r.verdict == v for r in results))
-        verdict = (f"{'FAIL' if bad else 'PASS'}: {passed} of {len(results)} checks pass"
-                   + (f" ({others})" if others else ""))
+        verdict = (f"FAIL: {'; '.join(problems)}" if problems else
+                   f"PASS: {passed} of {len(results)} checks pass" + (f" ({others})" if others else ""))
         _print(results, args.json, _rules_text(results), f"# rules: {verdict}")
-        return EXIT_FAILED if bad else EXIT_OK
+        return EXIT_FAILED if problems else EXIT_OK
     rows = compare(reference, flatten(candidate), args.tolerance, per_size=args.all)
-    bad = failed(rows)
-    names = ", ".join(r.metric for r in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-    verdict = f"FAIL: {len(bad)} metrics worse by more than {args.tolerance:.0%}: {names}" if bad else (
+    for found, what in ((lost(rows), "judged metrics missing in the run judged"),
+                        (worse(rows), f"metrics worse by more than {args.tolerance:.0%}")):
+        if found:
+            problems.insert(0, f"{len(found)} {what}: {_names(found)}")
+    verdict = f"FAIL: {'; '.join(problems)}" if problems else (
         f"PASS: no metric worse by more than {args.tolerance:.0%}")
     _print(rows, args.json, _compare_text(rows), f"# compare: {verdict}")
-    return EXIT_FAILED if bad else EXIT_OK
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def _names(rows: list) -> str:
+    return ", ".join(r.metric for r in rows[:5]) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
 
 
 def _print(rows: list, as_json: bool, text: str, verdict: str) -> None:

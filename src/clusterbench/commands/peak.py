@@ -54,7 +54,10 @@ def prepare(args: argparse.Namespace) -> PeakCommandOptions:
     else:
         devices = ["cpu"]
     checked = tuple(str(peaks.check_device(d)) for d in devices)
-    return PeakCommandOptions(PeakOptions(**argtypes.given(args, PeakOptions)), checked)
+    opts = PeakOptions(**argtypes.given(args, PeakOptions))
+    for device in checked:
+        peaks.check_memory(device, opts.size, opts.dtypes)
+    return PeakCommandOptions(opts, checked)
 
 
 def work(folder: RunFolder, opts: PeakCommandOptions) -> None:

@@ -146,6 +146,10 @@ def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
     print("\n== verdict")
     for v in run.verdicts:
         print(f"  {v.status:<5} {v.check:<18} {v.detail}")
+    if run.verdict is None:
+        print(f"\n  nothing judged\n  report: {report}", flush=True)
+        raise UsageError("nothing judged: every check was skipped, so there is no verdict; "
+                         "run the comm or train stage (drop --skip) or give --rules for what ran")
     fit = "not fit to train as measured" if run.verdict == "FAIL" else "fit to train"
     print(f"\n  {run.verdict}: {fit}\n  report: {report}", flush=True)
     return 1 if run.verdict == "FAIL" else 0

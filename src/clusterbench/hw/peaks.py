@@ -19,7 +19,9 @@ import torch
 
 from clusterbench import limits
 from clusterbench.errors import UsageError
+from clusterbench.hw.host import meminfo_bytes
 from clusterbench.results.hardware import CopyPeak, DevicePeaks, MatmulPeak
+from clusterbench.units import human_bytes
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -49,13 +51,16 @@ def measure_matmul_tflops(
     """
     torch_dtype = _dtype(dtype)
     dev = check_device(device)
-    if n is None:
-        cpu_n = _CPU_MATMUL_N.get(torch_dtype, _CPU_MATMUL_N_OTHER)
-        n = _GPU_MATMUL_N if dev.type != "cpu" else cpu_n
-    a = torch.randn(n, n, device=dev, dtype=torch_dtype)
-    b = torch.randn(n, n, device=dev, dtype=torch_dtype)
-    out = torch.empty(n, n, device=dev, dtype=torch_dtype)
-    iters, elapsed = _time_steps(lambda: torch.mm(a, b, out=out), dev, seconds)
+    n = n or matmul_n(dev, torch_dtype)
+    try:
+        a = torch.randn(n, n, device=dev, dtype=torch_dtype)
+        b = torch.randn(n, n, device=dev, dtype=torch_dtype)
+        out = torch.empty(n, n, device=dev, dtype=torch_dtype)
+        iters, elapsed = _time_steps(lambda: torch.mm(a, b, out=out), dev, seconds)
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        if not isinstance(e, torch.OutOfMemoryError) and "memory" not in str(e).lower():
+            raise
+        raise UsageError(f"matmul {n} x {n} {dtype}: out of memory on {dev}; lower --size") from None
     return MatmulPeak(device=str(dev), dtype=str(torch_dtype).removeprefix("torch."), n=n,
                       tflops=2 * n**3 * iters / elapsed / 1e12, iters=iters, seconds=elapsed)
 
@@ -139,6 +144,20 @@ def _time_steps(step: Callable[[], object], dev: torch.device, seconds: float) -
         iters += batch
         elapsed = time.perf_counter() - start
     return iters, elapsed
+
+
+def matmul_n(dev: torch.device, dtype: torch.dtype) -> int:
+    return _GPU_MATMUL_N if dev.type != "cpu" else _CPU_MATMUL_N.get(dtype, _CPU_MATMUL_N_OTHER)
+
+
+def check_memory(device: str, n: int | None, dtypes: tuple[str, ...]) -> None:
+    """Refuse, before anything is allocated, a matmul size the device cannot hold (three n x n matrices)."""
+    dev = check_device(device)
+    need = max(3 * (n or matmul_n(dev, _dtype(d))) ** 2 * _dtype(d).itemsize for d in dtypes)
+    free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else meminfo_bytes(key="MemAvailable")
+    if free and need > free:
+        raise UsageError(f"--size {n}: three {n} x {n} matrices need {human_bytes(need)}, "
+                         f"{dev} has {human_bytes(free)} free")
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -80,4 +80,10 @@ def _verdict_section(found: list[Verdict]) -> str:
         for v in found
     )
     return section("verdicts", "Verdicts", f'<div class="verdicts">{items}</div>',
-                   lead=f"Overall {badge(overall(found))}: the worst of the checks below.")
+                   lead=_overall(overall(found)))
+
+
+def _overall(verdict: str | None) -> str:
+    if verdict is None:
+        return "Nothing judged: every check below was skipped, so there is no overall verdict."
+    return f"Overall {badge(verdict)}: the worst of the checks below."

@@ -9,6 +9,7 @@ gives (a report copied to a web server must be readable).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench.errors import UsageError
+from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results import codec
 from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
 
@@ -174,8 +175,19 @@ def write_text(path: Path, text: str, label: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
     except OSError as e:
-        raise UsageError(f"{label}: cannot write {path} ({e.strerror or e})") from None
+        raise write_failure(path, e, label) from None
     return path
+
+
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def write_failure(path: Path, e: OSError, label: str) -> Exception:
+    """A full disk fails the run (exit 1); a place that cannot be written is the user's to change (exit 2)."""
+    why = e.strerror or str(e)
+    if e.errno in _NO_ROOM:
+        return RunFailed(f"{label}: cannot write {path} ({why}): free some space or write elsewhere")
+    return UsageError(f"{label}: cannot write {path} ({why})")
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from clusterbench.errors import UsageError
+from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results import codec, documents
 from clusterbench.results.schema import Env, Run
 
@@ -23,6 +23,19 @@ TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <n
 
 def default_run_dir(command: str) -> Path:
     return Path("runs") / f"{documents.utc_stamp()}-{command}"
+
+
+def claim(path: Path, overwrite: bool) -> Path:
+    """Make `path` this run's folder before any work starts: writable, and holding no earlier run
+    unless `overwrite` (then the earlier run's files go, so none of them is mistaken for this one's)."""
+    documents.check_writable(path, "the run folder")
+    if (path / "run.json").exists():
+        if not overwrite:
+            raise UsageError(f"--out {path} already holds a run (run.json): choose another folder, "
+                             "or add --overwrite to replace it")
+        for name in ("run.json", *(f"{t}.csv" for t in TABLES), "report.html"):
+            (path / name).unlink(missing_ok=True)
+    return path
 
 
 class RunFolder:
@@ -41,7 +54,7 @@ class RunFolder:
         return self.path / "run.json"
 
     def save(self) -> None:
-        documents.atomic_write(self.json_path, documents.to_text(self.run))
+        _write(self.json_path, documents.to_text(self.run))
         self._saved_at = time.monotonic()
 
     def record(self, **sections: Any) -> None:
@@ -75,7 +88,7 @@ class RunFolder:
         writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
         writer.writeheader()
         writer.writerows(codec.dump(r) for r in rows)
-        documents.atomic_write(self.path / f"{table}.csv", buf.getvalue())
+        _write(self.path / f"{table}.csv", buf.getvalue())
 
     def finish(self, status: str, error: str | None = None) -> None:
         self.run.status = status  # type: ignore[assignment]
@@ -95,4 +108,13 @@ def load_run(path: str | Path) -> Run:
 
 def save_run(run_dir: Path, run: Run) -> None:
     """Write a run that was loaded, after its conclusion changed it."""
-    documents.atomic_write(Path(run_dir) / "run.json", documents.to_text(run))
+    _write(Path(run_dir) / "run.json", documents.to_text(run))
+
+
+def _write(path: Path, text: str) -> None:
+    """A run folder file, atomically: a failure mid-run (a full disk) fails the run in one line,
+    and the file keeps its last complete version."""
+    try:
+        documents.atomic_write(path, text)
+    except OSError as e:
+        raise RunFailed(f"cannot write {path} ({e.strerror or e})") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,6 @@ def resolve(preset: str | None, model_config: str | None, model_path: str | None
 
 
 def _read_config_json(path: Path) -> dict[str, Any]:
-    from transformers import AutoConfig
-
     if path.is_dir():
         path = path / "config.json"
     try:
@@ -114,12 +113,56 @@ def _read_config_json(path: Path) -> dict[str, Any]:
         raise UsageError(f"model config {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(raw, dict) or "model_type" not in raw:
         raise UsageError(f'model config {path}: no "model_type" key (expected a transformers config.json)')
+    _check_sizes(raw, path)
+    _check_buildable(raw, path)
+    return raw
+
+
+# Keys that hold a count or a size: a value below 1 cannot build a model.
+_SIZE_KEY = re.compile(r"(^num_.*(heads|layers)$|_size$|_dim$|^n_(embd|layer|head|positions|inner)$|"
+                       r"^max_position_embeddings$|^vocab_size$)")
+
+
+def _check_sizes(raw: dict[str, Any], path: Path) -> None:
+    for key, value in raw.items():
+        if _SIZE_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise UsageError(f"model config {path}: field {key} must be at least 1, got {value}")
+
+
+def _check_buildable(raw: dict[str, Any], path: Path) -> None:
+    """Refuse, before any rank starts, what transformers cannot build: the config, then the model's
+    shapes on the meta device (no memory is allocated)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if raw["model_type"] not in _known_model_types():
+        raise UsageError(f"model config {path}: unknown model_type {raw['model_type']!r} (transformers "
+                         f"{_transformers_version()} knows {len(_known_model_types())} types, e.g. llama, gpt2, qwen2)")
     try:
-        AutoConfig.for_model(**raw)  # refuse what transformers cannot build, before any rank starts
-        return raw
-    except (ValueError, TypeError, KeyError) as e:
-        first = (str(e).strip().splitlines() or ["invalid"])[0]
-        raise UsageError(f"model config {path}: {first}") from None
+        config = AutoConfig.for_model(**raw)
+        with torch.device("meta"):
+            AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds; each is one line for the user
+        raise UsageError(f"model config {path}: {_first_line(e)}") from None
+
+
+def _known_model_types() -> frozenset[str]:
+    from transformers import CONFIG_MAPPING
+
+    return frozenset(CONFIG_MAPPING.keys())
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _first_line(e: BaseException, limit: int = 200) -> str:
+    """The root cause's first line: transformers wraps its validation errors in others."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    return lines[0] if len(lines[0]) <= limit else lines[0][: limit - 3] + "..."
 
 
 def build(spec: ModelSpec, seed: int) -> torch.nn.Module:
