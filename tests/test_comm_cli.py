@@ -87,8 +87,7 @@ def test_auto_iterations_adapt_to_size(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = read_run(out)["comm"]
     assert [r["size_bytes"] for r in rows] == [8, 4096, 2 * 1024**2, 4 * 1024**2]
-    assert all(r["iters"] >= 3 for r in rows)
-    assert rows[0]["iters"] > rows[-1]["iters"]  # small messages get many iterations, large few
+    assert all(r["iters"] >= 3 for r in rows)  # how many more a small message gets: test_comm_units
     for r in rows:
         assert r["min_us"] <= r["p50_us"] <= r["p99_us"] <= r["max_us"] and r["cv"] >= 0
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from clusterbench.args import size
-from clusterbench.comm import table
+from clusterbench.comm import table, timing
 from clusterbench.comm.sizes import count_for, sweep
 from clusterbench.comm.timing import converged, summarize
 from clusterbench.results.schema import CommRow
@@ -45,6 +48,26 @@ def test_summary_statistics() -> None:
     assert s.iters == 5 and s.mean_s == 22.0 and s.p50_s == 3.0 and s.min_s == 1.0 and s.max_s == 100.0
     assert s.p99_s == pytest.approx(4 + 0.96 * 96)
     assert s.cv == pytest.approx(math.sqrt(sum((x - 22) ** 2 for x in [1, 2, 3, 4, 100]) / 4) / 22)
+
+
+def test_auto_iterations_spend_the_budget_on_small_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--iters auto, on a clock the test drives: a noisy 10 us op fills the 50 ms budget with
+    thousands of iterations, a 10 ms one stops at the few the budget holds."""
+    now = [0.0]
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def op(seconds: float):
+        spread = itertools.cycle([0.5, 1.5])  # CV 0.5: the 2% interval would need ~2,400 samples
+
+        def run() -> None:
+            now[0] += seconds * next(spread)
+        return run
+
+    cpu, same = torch.device("cpu"), (lambda samples: samples)
+    small = timing.time_op(op(1e-5), cpu, same, None, 5, 0.05)
+    large = timing.time_op(op(1e-2), cpu, same, None, 5, 0.05)
+    assert small.iters > 2000 and 3 <= large.iters <= 6
+    assert small.mean_s == pytest.approx(1e-5, rel=0.01) and large.mean_s == pytest.approx(1e-2, rel=0.2)
 
 
 def test_convergence_needs_a_tight_confidence_interval() -> None:
