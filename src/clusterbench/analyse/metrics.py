@@ -109,10 +109,10 @@ def _comm(run: Run, m: Metrics) -> None:
         m.not_run["comm"] = "the comm stage did not run"
         return
     bad = [r for r in rows if r.wrong]
+    wrong = sum(r.wrong for r in bad)
     where = ", ".join(f"{r.op} {r.size_bytes} B ({r.wrong} wrong)" for r in bad[:5])
     more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-    m.put("comm.wrong", sum(r.wrong for r in rows),
-          f"{sum(r.wrong for r in bad)} wrong elements in {len(bad)} of {len(rows)} measurements: {where}{more}"
+    m.put("comm.wrong", wrong, f"{wrong} wrong elements in {len(bad)} of {len(rows)} measurements: {where}{more}"
           if bad else f"every element of {len(rows)} measurements arrived correctly")
     by_op: dict[str, list[CommRow]] = {}
     for row in rows:

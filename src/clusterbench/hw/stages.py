@@ -16,7 +16,7 @@ import torch.distributed as dist
 from clusterbench.dist import device_name
 from clusterbench.hw import peaks
 from clusterbench.hw.render import PEAK_HEADER, peak_lines, render
-from clusterbench.hw.topology import describe, own_pcie_under_load, with_pcie_readings
+from clusterbench.hw.topology import own_pcie_under_load, with_pcie_readings
 from clusterbench.rank import Rank
 from clusterbench.results.hardware import DevicePeaks, Peaks
 
@@ -44,7 +44,7 @@ def hardware(rank: Rank, opts: HardwareOptions) -> None:
     dist.all_gather_object(everyone, mine)
     if rank.folder is None:
         return
-    info = describe()
+    info = rank.folder.run.hardware  # the harness recorded this host's picture as the run began
     loaded = {uuid: link for host, uuid, link in filter(None, everyone) if host == info.hostname and link}
     info = with_pcie_readings(info, loaded)
     rank.folder.record(hardware=info)

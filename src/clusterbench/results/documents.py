@@ -143,8 +143,7 @@ def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
     else:
         version = kind.legacy(doc) if marked in (None, kind.name) else None
     if version is None:
-        other = doc.get("kind")
-        what = f"a {other}, " if isinstance(other, str) and other.startswith("clusterbench-") else ""
+        what = f"a {marked}, " if isinstance(marked, str) and marked.startswith("clusterbench-") else ""
         raise UsageError(f"{label}: {what}not a clusterbench {kind.label} ({kind.hint})")
     if not isinstance(version, int) or version > kind.version:
         raise UsageError(f"{label} has schema version {version}; this clusterbench reads {kind.label} "

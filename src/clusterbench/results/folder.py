@@ -42,7 +42,8 @@ class RunFolder:
     """The run in memory, saved to its folder whenever it changes."""
 
     def __init__(self, path: Path, command: str, argv: list[str]) -> None:
-        self.path = documents.check_writable(Path(path), "the run folder")
+        self.path = Path(path)  # claim() proved it writable before any rank started
+        self.path.mkdir(parents=True, exist_ok=True)
         self.run = Run(command=command, argv=list(argv), started_utc=documents.utc_stamp(),
                        env=Env(hostname=socket.gethostname()))
         self._unsaved: set[str] = set()
