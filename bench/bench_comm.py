@@ -29,6 +29,7 @@ from clusterbench import launch
 from clusterbench.args import size
 from clusterbench.comm.bench import measure
 from clusterbench.comm.ops import OPS
+from clusterbench.comm.scopes import whole_job
 from clusterbench.comm.sizes import sweep
 from clusterbench.dist import resolve, synchronize
 from clusterbench.results.schema import CommOptions
@@ -56,7 +57,7 @@ def compare(worker, cfg: dict, progress) -> None:
         ours, bare = [], []
         for _ in range(cfg["rounds"]):
             opts = CommOptions(ops=("all_reduce",), time_budget_s=cfg["budget"])
-            row = measure(OPS["all_reduce"], worker, opts, count)
+            row = measure(OPS["all_reduce"], worker, opts, count, whole_job(list(worker.members)))
             ours.append(row.duration_us)
             # The bare loop gets the same number of timed iterations clusterbench chose.
             bare.append(bare_loop_us(worker, nbytes, row.iters, opts.warmup))

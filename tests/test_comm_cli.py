@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 
-from clusterbench.comm.ops import OPS
+from clusterbench.comm.ops import ALL_OPS
 from clusterbench.results.schema import SCHEMA_VERSION, CommRow
 
 COMM_COLUMNS = [f.name for f in fields(CommRow)]
@@ -43,7 +43,7 @@ def test_table_run_json_and_csv(tmp_path: Path) -> None:
     required = {"op", "size_bytes", "count", "dtype", "world_size", "in_place", "duration_us",
                 "throughput_gbps", "busbw_gbps", "wrong", "iters", "p50_us", "p99_us", "cv"}
     assert all(required <= set(r) for r in rows)
-    assert {r["op"] for r in rows} == set(OPS) - {"pt2pt_bidir"}
+    assert {r["op"] for r in rows} == set(ALL_OPS)
     assert all(r["wrong"] == 0 and r["iters"] == 3 for r in rows)
     with open(out / "comm.csv") as f:
         table = list(csv.DictReader(f))

@@ -14,6 +14,7 @@ import torch
 from clusterbench import launch
 from clusterbench.comm.bench import _ctx
 from clusterbench.comm.ops import OPS
+from clusterbench.comm.scopes import Team
 from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
 
@@ -23,13 +24,22 @@ CASES = [(op, red, in_place) for op in OPS for red in (REDUCE if OPS[op].reduces
          for in_place in (False, True)]
 
 
-def record_ops(worker, out_dir: Path, progress) -> None:
-    """Run every case once on check values; save what this rank held before and after."""
+def record_ops(worker, payload: tuple[Path, bool], progress) -> None:
+    """Run every case once on check values; save what this rank held before and after.
+
+    With `skip_first`, the ops run in a team of ranks 1..n-1 (a process group of its own, as
+    the intra/inter scopes make), so every root and peer must be translated to a global rank."""
+    out_dir, skip_first = payload
+    ranks = tuple(range(1 if skip_first else 0, worker.world_size))
+    group = torch.distributed.new_group(list(ranks)) if skip_first else None
+    team = Team("intra" if skip_first else "global", "t", ranks, 1, group)
+    if worker.rank not in ranks:
+        return
     saved = {}
     for name, red, in_place in CASES:
         op = OPS[name]
         opts = CommOptions(ops=(name,), dtype="float32", reduce_op=red, in_place=in_place, root=1)
-        ctx = _ctx(op, worker, opts, count=op.granularity(worker.world_size) * 5, zeros=False)
+        ctx = _ctx(op, worker, opts, op.granularity(len(ranks)) * 5, False, team)
         bufs = op.buffers(ctx)
         before = {k: v.clone() for k, v in bufs.items()}
         op.run(ctx, bufs)
@@ -37,7 +47,7 @@ def record_ops(worker, out_dir: Path, progress) -> None:
             "in": before.get("in", before.get("out")), "out": bufs.get("out"),
             "harness_expected": op.expected(ctx), "chunk": ctx.chunk,
         }
-    torch.save(saved, out_dir / f"rank{worker.rank}.pt")
+    torch.save(saved, out_dir / f"rank{team.rank_of(worker.rank)}.pt")
 
 
 def meaning(name: str, red: str, rank: int, n: int, ins: list, chunk: int, root: int):
@@ -59,6 +69,10 @@ def meaning(name: str, red: str, rank: int, n: int, ins: list, chunk: int, root:
         return torch.cat([ins[r] for r in range(n)]) if rank == root else None
     if name == "scatter":
         return ins[root][part]
+    if name == "sendrecv":
+        return ins[(rank - 1) % n]
+    if name == "incast":
+        return torch.cat([ins[r] for r in range(n) if r != root]) if rank == root else None
     peer = rank ^ 1
     if peer >= n:
         return None
@@ -67,10 +81,11 @@ def meaning(name: str, red: str, rank: int, n: int, ins: list, chunk: int, root:
     return ins[peer]  # pt2pt_bidir
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_every_op_means_what_it_says(n: int, tmp_path: Path) -> None:
-    job = launch.Job(record_ops, tmp_path, resolve("gloo", "cpu", 60))
-    assert launch.run(job, n) == launch.Outcome(0)
+@pytest.mark.parametrize("world, skip_first", [(2, False), (3, False), (4, False), (4, True)])
+def test_every_op_means_what_it_says(world: int, skip_first: bool, tmp_path: Path) -> None:
+    job = launch.Job(record_ops, (tmp_path, skip_first), resolve("gloo", "cpu", 60))
+    assert launch.run(job, world) == launch.Outcome(0)
+    n = world - skip_first
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(n)]
     for case in CASES:
         name, red, _ = case

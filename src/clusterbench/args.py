@@ -20,8 +20,8 @@ _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB":
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
-def whole(minimum: int = 1) -> Callable[[str], int]:
-    """A whole number of at least `minimum`."""
+def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number of at least `minimum` (and at most `maximum`)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -29,6 +29,8 @@ def whole(minimum: int = 1) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
         return value
     return parse
 

@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 from clusterbench import __version__
 from clusterbench.errors import UsageError
-from clusterbench.results.schema import Env
+from clusterbench.rendezvous import Member
+from clusterbench.results.schema import Env, Placement
 
 KNOWN_BACKENDS = ("nccl", "gloo", "mpi")
 
@@ -36,6 +37,7 @@ class Worker:
     device: torch.device
     backend: str
     timeout_s: float
+    members: tuple[Member, ...]  # every rank of the job, as it joined
 
     @property
     def is_main(self) -> bool:
@@ -89,30 +91,23 @@ def local_device_count(device_type: str) -> int:
     return count() if device_type != "cpu" and callable(count) else 0
 
 
-def init(
-    cfg: DistConfig,
-    rank: int,
-    world_size: int,
-    local_rank: int,
-    store: dist.Store | None = None,
-    init_method: str | None = None,
-) -> Worker:
-    """Join the process group and pin this rank to its device."""
+def init(cfg: DistConfig, rank: int, world_size: int, local_rank: int, store: dist.Store,
+         members: list[Member]) -> Worker:
+    """Form the process group and pin this rank to its device."""
     if cfg.device_type == "cpu":
         device = torch.device("cpu")
-        # Ranks sharing a CPU would fight over cores: split them.
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world_size
+        # Ranks on one host share its cores (even when containers or namespaces make them separate
+        # nodes): split the cores between them rather than let them fight.
+        local_world = sum(m.host == members[rank].host for m in members)
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
     else:
         count = local_device_count(cfg.device_type)
         device = torch.device(cfg.device_type, local_rank % max(1, count))
         getattr(torch, cfg.device_type).set_device(device)
     timeout = datetime.timedelta(seconds=cfg.timeout_s)
-    kwargs = {"store": store} if store is not None else {"init_method": init_method or "env://"}
-    if cfg.backend == "nccl":
-        kwargs["device_id"] = device
-    dist.init_process_group(cfg.backend, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
-    return Worker(rank, world_size, local_rank, device, cfg.backend, cfg.timeout_s)
+    kwargs = {"device_id": device} if cfg.backend == "nccl" else {}
+    dist.init_process_group(cfg.backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    return Worker(rank, world_size, local_rank, device, cfg.backend, cfg.timeout_s, tuple(members))
 
 
 def backend_version(backend: str) -> str:
@@ -133,7 +128,7 @@ def device_name(device: torch.device) -> str:
 
 def environment(worker: Worker) -> Env:
     """Facts every run.json records; gathered from all ranks, so call it on every rank."""
-    mine = (socket.gethostname(), device_name(worker.device))
+    mine = (device_name(worker.device), str(worker.device))
     everyone: list[tuple[str, str]] = [("", "")] * worker.world_size
     dist.all_gather_object(everyone, mine)
     return Env(
@@ -147,8 +142,9 @@ def environment(worker: Worker) -> Env:
         backend_version=backend_version(worker.backend),
         world_size=worker.world_size,
         device_type=worker.device.type,
-        hosts=sorted({host for host, _ in everyone}),
-        devices=[device for _, device in everyone],
+        hosts=sorted({m.host for m in worker.members}),
+        devices=[name for name, _ in everyone],
+        ranks=[Placement(m.rank, m.node, m.local_rank, device) for m, (_, device) in zip(worker.members, everyone)],
     )
 
 

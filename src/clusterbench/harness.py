@@ -18,17 +18,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from clusterbench import args as argtypes
-from clusterbench import launch
+from clusterbench import launch, launchers
 from clusterbench.dist import DistConfig, Worker, environment, resolve
 from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunFailed, UsageError, one_line
 from clusterbench.hw.topology import describe
+from clusterbench.launchers import Joined
 from clusterbench.rank import Progress, Rank
 from clusterbench.results import documents
 from clusterbench.results.folder import TABLES, RunFolder, claim, default_run_dir, load_run, save_run
@@ -45,14 +46,31 @@ class Launch:
     timeout: float = 300.0
     out: Path | None = None
     overwrite: bool = False
+    master_addr: str | None = None
+    master_port: int | None = None
+    iface: str | None = None
+    launcher: str = "local"
+    ray_address: str | None = None
 
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
-    g.add_argument("--nproc", type=argtypes.whole(1), help="local ranks to spawn (default: GPU count, else 2)")
+    g.add_argument("--nproc", type=argtypes.whole(1),
+                   help="ranks to start (default: the GPU count, the Ray cluster's with --launcher ray, else 2)")
     g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
     g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    g.add_argument("--timeout", type=argtypes.real(0.0), help="seconds any collective may take (default 300)")
+    g.add_argument("--timeout", type=argtypes.real(0.0),
+                   help="seconds the rendezvous, any collective, and an idle rank's wait for a scope's "
+                        "phase may take (default 300)")
+    g.add_argument("--master-addr", dest="master_addr",
+                   help="under srun/mpirun: rank 0's host (default: MASTER_ADDR, else what the launcher tells)")
+    g.add_argument("--master-port", dest="master_port", type=argtypes.whole(1, 65535),
+                   help="under srun/mpirun: the rendezvous port (default: MASTER_PORT, else derived from the job id)")
+    g.add_argument("--iface", help="network interface between hosts (sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)")
+    g.add_argument("--launcher", choices=("local", "ray"),
+                   help="local: spawn --nproc ranks here (default); ray: one Ray actor per rank, placed by Ray")
+    g.add_argument("--ray-address", dest="ray_address",
+                   help="with --launcher ray: the cluster to join (default: RAY_ADDRESS, else a new local Ray)")
     add_out_argument(g)
 
 
@@ -68,8 +86,11 @@ class Plan:
     dist: DistConfig
     world_size: int
     run_dir: Path
-    joined: launch.LaunchedBy | None
+    joined: Joined | None
     overwrite: bool = False
+    iface: str | None = None
+    ray_address: str | None = None
+    ray: bool = False
 
     @property
     def device_type(self) -> str:
@@ -179,21 +200,46 @@ def _finish_failed(folder: RunFolder, e: BaseException) -> None:
         pass
 
 
-def world_size(options: Launch, cfg: DistConfig, joined: launch.LaunchedBy | None) -> int:
+def world_size(options: Launch, cfg: DistConfig, joined: Joined | None) -> int:
     """The number of ranks: the launcher's, or --nproc local ones."""
     if joined is not None:
+        if options.nproc not in (None, joined.world_size):
+            raise UsageError(f"--nproc {options.nproc}: {joined.launcher} started this job with "
+                             f"{joined.world_size} ranks; drop --nproc under a launcher")
         return joined.world_size
     if options.nproc is not None:
         return options.nproc
+    if options.launcher == "ray":
+        from clusterbench import ray_launch  # only Ray users need ray installed
+
+        return ray_launch.default_world_size(options.ray_address, cfg.device_type)
     return max(1, torch.cuda.device_count()) if cfg.device_type == "cuda" else 2
 
 
 def plan_for(args: argparse.Namespace, command: str) -> Plan:
     options = Launch(**argtypes.given(args, Launch))
     cfg = resolve(options.backend, options.device, options.timeout)
-    joined = launch.launched_by()
+    joined = _joined(options)
+    if options.launcher == "ray" and joined is not None:
+        raise UsageError(f"--launcher ray starts the ranks itself, but {joined.launcher} already started this "
+                         "process as one rank: run it once, outside the launcher")
     return Plan(cfg, world_size(options, cfg, joined), options.out or default_run_dir(command), joined,
-                options.overwrite)
+                options.overwrite, options.iface, options.ray_address, options.launcher == "ray")
+
+
+def _joined(options: Launch) -> Joined | None:
+    """The launcher's job this process is a rank of, with --master-addr/--master-port applied."""
+    joined = launchers.detect()
+    if joined is None:
+        return None
+    joined = replace(joined, master_addr=options.master_addr or joined.master_addr,
+                     master_port=options.master_port or joined.master_port)
+    if joined.master_addr is None:
+        raise UsageError(f"launched by {joined.launcher}: cannot tell rank 0's host; "
+                         "set MASTER_ADDR or --master-addr")
+    if joined.master_port is None:
+        raise UsageError(f"launched by {joined.launcher}: no port to meet on; set MASTER_PORT or --master-port")
+    return joined
 
 
 def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
@@ -203,7 +249,13 @@ def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     if owner:
         claim(plan.run_dir, plan.overwrite)
     job = _RankJob(cmd.name, cmd.work, options, plan.run_dir, tuple(sys.argv))
-    outcome = launch.run(launch.Job(_rank_main, job, plan.dist), plan.world_size)
+    work = launch.Job(_rank_main, job, plan.dist, plan.iface)
+    if plan.ray:
+        from clusterbench import ray_launch  # only Ray users need ray installed
+
+        outcome = ray_launch.run(work, plan.world_size, plan.ray_address)
+    else:
+        outcome = launch.run(work, plan.world_size, plan.joined)
     if not owner:
         if outcome.code == EXIT_USAGE:
             return outcome.code  # rank 0 says it once

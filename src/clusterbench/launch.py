@@ -1,30 +1,35 @@
-"""Start the ranks: spawn N local workers, or join a job a launcher already started.
+"""Start the ranks: spawn N local workers, or be one rank of a job a launcher started.
 
-Local runs use a TCPStore the parent opens on 127.0.0.1 port 0, so the port is free by
-construction and parallel runs never collide. The parent watches its workers: when one
-dies or stops answering, it ends the rest and names the rank, so nothing hangs.
+Every rank, however started, meets the others at one rendezvous store (rendezvous.py) before
+the process group forms. Local runs host that store in the parent on 127.0.0.1 port 0, so the
+port is free by construction and parallel runs never collide; the parent watches its workers
+and, when one dies or stops answering, ends the rest and names the rank. Under an external
+launcher nobody watches: each rank says how it ended, naming the ranks that went silent.
 """
 
 from __future__ import annotations
 
-import datetime
 import multiprocessing as mp
 import os
-import queue
+import re
 import signal
+import socket
 import sys
 import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
 
 from clusterbench.dist import DistConfig, Worker, init
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
+from clusterbench.launchers import Joined
 from clusterbench.rank import Progress
+from clusterbench.rendezvous import Member, Rendezvous, waiting_text
+from clusterbench.units import ranks_text
 
 # After the first rank fails, the others get this long to notice and exit on their own.
 GRACE_S = 3.0
@@ -39,6 +44,7 @@ class Job:
     fn: JobFn
     payload: Any
     dist: DistConfig
+    iface: str | None = None  # the network interface Gloo and NCCL use between hosts
 
 
 @dataclass(frozen=True)
@@ -50,35 +56,25 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class LaunchedBy:
-    launcher: str
+class Seat:
+    """One rank's place, as its launcher assigned it."""
+
     rank: int
     world_size: int
     local_rank: int
+    node_index: str | None = None
 
 
-def launched_by() -> LaunchedBy | None:
-    """Detect torchrun, srun or mpirun from the variables each one sets."""
-    env = os.environ
-    for launcher, rank, size, local in (
-        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-        ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-        ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-        ("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ):
-        if rank in env and size in env:
-            try:
-                return LaunchedBy(launcher, int(env[rank]), int(env[size]), int(env.get(local, "0")))
-            except ValueError:
-                raise UsageError(f"{launcher} variables {rank}/{size} are not integers") from None
-    return None
-
-
-def _run_rank(job: Job, worker_args: dict, progress: Progress) -> Outcome:
-    """Run the job on this rank and turn every ending into an exit code and one line."""
+def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
+    """Join, run the job on this rank, and turn every ending into an exit code and one line."""
     warnings.filterwarnings("ignore")
+    if job.iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = job.iface
+    progress = Progress(seat.rank, rdzv)
     try:
-        worker = init(job.dist, **worker_args)
+        me = Member(seat.rank, socket.gethostname(), seat.local_rank, seat.node_index)
+        members = rdzv.join(me, job.dist.timeout_s)
+        worker = init(job.dist, seat.rank, seat.world_size, seat.local_rank, rdzv.group_store(), members)
         job.fn(worker, job.payload, progress)
         return Outcome(EXIT_OK)
     except UsageError as e:
@@ -95,19 +91,15 @@ def _run_rank(job: Job, worker_args: dict, progress: Progress) -> Outcome:
     return Outcome(code, message)
 
 
-def _spawned(job: Job, rank: int, world_size: int, port: int, channel: Any) -> None:
+def _spawned(job: Job, seat: Seat, port: int) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
-    os.environ["LOCAL_WORLD_SIZE"] = str(world_size)
-    store = dist.TCPStore(
-        "127.0.0.1", port, world_size, is_master=False,
-        timeout=datetime.timedelta(seconds=job.dist.timeout_s),
-    )
-    args = {"rank": rank, "world_size": world_size, "local_rank": rank, "store": store}
-    code = _run_rank(job, args, Progress(rank, channel)).code
+    try:
+        rdzv = Rendezvous.open("127.0.0.1", port, seat.world_size, job.dist.timeout_s, server=False)
+        code = run_rank(job, rdzv, seat).code
+    except RunFailed:
+        code = EXIT_FAILED
     sys.stdout.flush()
     sys.stderr.flush()
-    channel.close()
-    channel.join_thread()  # the queue's feeder thread must deliver the error before _exit
     # Skip interpreter teardown: a broken process group can block in its destructor.
     os._exit(code)
 
@@ -119,75 +111,91 @@ def _loopback_name() -> str:
     return "lo"
 
 
-def run(job: Job, nproc: int) -> Outcome:
-    """Run the job on every rank (spawned here, or this process's rank of a launcher's job)."""
-    joined = launched_by()
+def run(job: Job, nproc: int, joined: Joined | None = None) -> Outcome:
+    """Run the job on every rank: spawned here, or this process's rank of a launcher's job."""
     if joined is not None:
         return _run_joined(job, joined)
     return _run_local(job, nproc)
 
 
-def _run_joined(job: Job, me: LaunchedBy) -> Outcome:
-    os.environ.setdefault("RANK", str(me.rank))
-    os.environ.setdefault("WORLD_SIZE", str(me.world_size))
-    if "MASTER_ADDR" not in os.environ and job.dist.backend != "mpi":
-        raise UsageError(f"launched by {me.launcher}: set MASTER_ADDR (and MASTER_PORT) to rank 0's host")
-    os.environ.setdefault("MASTER_PORT", "29500")
-    args = {"rank": me.rank, "world_size": me.world_size, "local_rank": me.local_rank}
-    # Under an external launcher there is no supervisor: each rank reports its own ending.
-    outcome = _run_rank(job, args, Progress(me.rank))
-    if dist.is_initialized() and outcome.code == EXIT_OK:
+def _run_joined(job: Job, me: Joined) -> Outcome:
+    assert me.master_addr is not None and me.master_port is not None  # the harness checked
+    rdzv = Rendezvous.open(me.master_addr, me.master_port, me.world_size, job.dist.timeout_s, me.hosts_store,
+                           prefix=f"clusterbench/{me.attempt}")
+    outcome = run_rank(job, rdzv, Seat(me.rank, me.world_size, me.local_rank, me.node))
+    if outcome.code == EXIT_OK:
         dist.destroy_process_group()
-    if outcome.message and me.world_size > 1:
-        return Outcome(outcome.code, f"rank {me.rank}: {outcome.message}")
-    return outcome
+        _leave(rdzv, me, me.world_size)
+        return outcome
+    # Before the group formed, each rank's own line is the whole story (the rendezvous names the absent).
+    if outcome.code == EXIT_USAGE or me.world_size == 1 or not dist.is_initialized():
+        return outcome
+    line, silent = _survivor_report(rdzv, me.rank, outcome.message or "")
+    _leave(rdzv, me, me.world_size - silent)
+    return Outcome(outcome.code, line)
 
 
-@dataclass
-class _Watch:
-    """What the parent knows about each rank."""
+def _leave(rdzv: Rendezvous, me: Joined, expected: int) -> None:
+    """The rank hosting the store stays until the `expected` ranks have left (or GRACE_S), so that
+    none loses the store while it reports or says goodbye; one that finds it gone has nothing left to do."""
+    try:
+        rdzv.store.add("left", 1)
+        deadline = time.monotonic() + GRACE_S
+        while me.hosts_store and rdzv.store.add("left", 0) < expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except (RuntimeError, OSError):
+        pass
 
-    where: dict[int, str] = field(default_factory=dict)
-    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
 
-    def take(self, msg: tuple) -> None:
-        kind, rank, text = msg
-        if kind == "at":
-            self.where[rank] = text
-        else:
-            self.errors.setdefault(rank, (kind, text))
+def _survivor_report(rdzv: Rendezvous, rank: int, own: str) -> tuple[str, int]:
+    """Under an external launcher: wait for the others to report, then name the silent ranks.
+    Returns the line and how many ranks went silent."""
+    endings: dict[int, tuple[str, str]] = {}
+    where: dict[int, str] = {}
+    deadline = time.monotonic() + GRACE_S
+    try:
+        while True:
+            endings, where = rdzv.endings(), rdzv.whereabouts()
+            if len(endings) == rdzv.world_size or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    except (RuntimeError, OSError):
+        pass  # the store's host is gone too: say what was seen before it went
+    silent = [r for r in range(rdzv.world_size) if r not in endings and r != rank]
+    if not endings:
+        return f"rank {rank}: {own}", len(silent)
+    if not silent:
+        first = min(endings, key=lambda r: (endings[r][0] != "result", r))
+        return f"rank {first}: {endings[first][1]}", 0
+    return f"{waiting_text(silent, where, rdzv.members)} (rank {rank} saw: {_gist(own)})", len(silent)
 
-    def during(self, rank: int) -> str:
-        return f" during {self.where[rank]}" if rank in self.where else ""
+
+def _gist(message: str) -> str:
+    """A backend's error without its source path and its boilerplate advice."""
+    return re.sub(r"\[[^\]]*\.(cc|cpp|hpp|h):\d+\] ", "", message).split(". This is typically")[0]
 
 
 def _run_local(job: Job, nproc: int) -> Outcome:
     ctx = mp.get_context("spawn")
-    channel = ctx.Queue()
-    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    procs = [
-        ctx.Process(target=_spawned, args=(job, rank, nproc, store.port, channel), daemon=True)
-        for rank in range(nproc)
-    ]
+    rdzv = Rendezvous.open("127.0.0.1", 0, nproc, job.dist.timeout_s, server=True)
+    procs = [ctx.Process(target=_spawned, args=(job, Seat(r, nproc, r), rdzv.port), daemon=True)
+             for r in range(nproc)]
     for p in procs:
         p.start()
-    watch = _Watch()
-    hung: list[int] = []
     try:
-        hung = _supervise(procs, channel, watch)
+        hung = _supervise(procs)
     except KeyboardInterrupt:
         _stop(procs)
         return Outcome(EXIT_INTERRUPTED, "interrupted by the user")
-    finally:
-        _drain(channel, watch)
-    return _outcome(procs, watch, hung, job.dist.timeout_s)
+    codes = {r: p.exitcode for r, p in enumerate(procs)}
+    return outcome_of(codes, hung, rdzv, job.dist.timeout_s)
 
 
-def _supervise(procs: list, channel: Any, watch: _Watch) -> list[int]:
+def _supervise(procs: list) -> list[int]:
     """Wait for all ranks; after the first failure, give the rest GRACE_S, then end them."""
     deadline = None
     while True:
-        _drain(channel, watch, block_s=0.05)
+        time.sleep(0.05)
         codes = [p.exitcode for p in procs]
         if all(c is not None for c in codes):
             return []
@@ -197,15 +205,6 @@ def _supervise(procs: list, channel: Any, watch: _Watch) -> list[int]:
             hung = [r for r, p in enumerate(procs) if p.exitcode is None]
             _stop(procs)
             return hung
-
-
-def _drain(channel: Any, watch: _Watch, block_s: float = 0.0) -> None:
-    try:
-        watch.take(channel.get(timeout=block_s) if block_s else channel.get_nowait())
-        while True:
-            watch.take(channel.get_nowait())
-    except (queue.Empty, OSError, ValueError, EOFError):
-        pass
 
 
 def _stop(procs: list) -> None:
@@ -219,26 +218,31 @@ def _stop(procs: list) -> None:
             p.join(timeout=5)
 
 
-def _outcome(procs: list, watch: _Watch, hung: list[int], timeout_s: float) -> Outcome:
-    """One exit code and one line for the whole run, the root cause first."""
-    codes = {r: p.exitcode for r, p in enumerate(procs)}
-    usage = [r for r, (kind, _) in sorted(watch.errors.items()) if kind == "usage"]
+def outcome_of(codes: dict[int, int | None], hung: list[int], rdzv: Rendezvous, timeout_s: float) -> Outcome:
+    """One exit code and one line for the whole run, the root cause first (for a supervisor that
+    knows each rank's exit code: the local parent, the Ray driver)."""
+    errors, where = rdzv.endings(), rdzv.whereabouts()
+
+    def during(r: int) -> str:
+        return f" during {where[r]}" if r in where else ""
+
+    usage = [r for r, (kind, _) in sorted(errors.items()) if kind == "usage"]
     if usage:
-        return Outcome(EXIT_USAGE, watch.errors[usage[0]][1])
-    died = [r for r, c in codes.items() if c not in (0, None) and r not in watch.errors and r not in hung]
+        return Outcome(EXIT_USAGE, errors[usage[0]][1])
+    died = [r for r, c in codes.items() if c not in (0, None) and r not in errors and r not in hung]
     if died:
         r = died[0]
         how = f"killed by {signal.Signals(-codes[r]).name}" if codes[r] < 0 else f"exit code {codes[r]}"
-        return Outcome(EXIT_FAILED, f"rank {r} died ({how}){watch.during(r)}; the other ranks were stopped")
+        return Outcome(EXIT_FAILED, f"rank {r} died ({how}){during(r)}; the other ranks were stopped")
     if hung:
-        r = hung[0]
-        return Outcome(EXIT_FAILED, f"rank {r} stopped responding{watch.during(r)}; the other ranks gave up "
+        waiting = [r for r in where if r not in hung]
+        others = f"; {ranks_text(waiting)} gave up" if waiting else "; the other ranks gave up"
+        return Outcome(EXIT_FAILED, f"{ranks_text(hung)} stopped responding{during(hung[0])}{others} "
                                     f"after the {timeout_s:g} s timeout")
-    results = [r for r, (kind, _) in sorted(watch.errors.items()) if kind == "result"]
+    results = [r for r, (kind, _) in sorted(errors.items()) if kind == "result"]
     if results:
-        return Outcome(EXIT_FAILED, watch.errors[results[0]][1])
-    failed = sorted(watch.errors)
-    if failed:
-        r = failed[0]
-        return Outcome(EXIT_FAILED, f"rank {r}: {watch.errors[r][1]}")
+        return Outcome(EXIT_FAILED, errors[results[0]][1])
+    if errors:
+        r = min(errors)
+        return Outcome(EXIT_FAILED, f"rank {r}: {errors[r][1]}")
     return Outcome(EXIT_OK)

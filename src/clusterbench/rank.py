@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from clusterbench.dist import Worker
+from clusterbench.rendezvous import Rendezvous
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import Env
 
 
 class Progress:
-    """Where a rank is, so the supervisor can say what a dead or stuck rank was doing."""
+    """Where a rank is, left on the rendezvous board, so whoever outlives a dead or stuck rank
+    can say what it was doing and what the others were waiting in."""
 
-    def __init__(self, rank: int, channel: Any = None) -> None:
+    def __init__(self, rank: int, board: Rendezvous | None = None) -> None:
         self.rank = rank
-        self._channel = channel
+        self._board = board
 
     def at(self, where: str) -> None:
-        if self._channel is not None:
-            self._channel.put(("at", self.rank, where))
+        self._post(lambda board: board.at(self.rank, where))
 
     def error(self, kind: str, message: str) -> None:
-        if self._channel is not None:
-            self._channel.put((kind, self.rank, message))
+        self._post(lambda board: board.end(self.rank, kind, message))
+
+    def _post(self, write: Callable[[Rendezvous], None]) -> None:
+        if self._board is None:
+            return
+        try:
+            write(self._board)
+        except (RuntimeError, OSError):
+            self._board = None  # the store's host is gone: the job is ending, and progress notes no longer help
 
 
 @dataclass

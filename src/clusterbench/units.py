@@ -32,3 +32,14 @@ def duration(us: float) -> str:
 def bandwidth(gbps: float, unit: str) -> str:
     """A figure stored in Gbps, written in `unit` (one of BANDWIDTH_UNITS)."""
     return f"{gbps * BANDWIDTH_UNITS[unit][1]:.3f}"
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """0,1,2,5 -> "ranks 0-2, 5"."""
+    spans: list[str] = []
+    for r in sorted(ranks):
+        if spans and spans[-1].split("-")[-1] == str(r - 1):
+            spans[-1] = f"{spans[-1].split('-')[0]}-{r}"
+        else:
+            spans.append(str(r))
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(spans)

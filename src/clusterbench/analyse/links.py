@@ -5,7 +5,9 @@ The report's theoretical line and the bandwidth verdict use this one answer.
 
 from __future__ import annotations
 
-from clusterbench.results.schema import Run
+from clusterbench.results.hardware import Hardware
+from clusterbench.results.schema import CommRow, Run
+from clusterbench.units import BITS_PER_BYTE
 
 
 def link_line(run: Run) -> tuple[float | None, str]:
@@ -31,3 +33,48 @@ def link_line(run: Run) -> tuple[float | None, str]:
         return None, "neither NVLink nor PCIe bandwidth is known for these GPUs: no theoretical line"
     slowest = min(pcie, key=lambda g: g.pcie.gbps)
     return slowest.pcie.gbps, f"PCIe gen{slowest.pcie.gen_max} x{slowest.pcie.width_max}: {slowest.pcie.gbps:g} GB/s"
+
+
+# Collectives whose every byte crosses from node to node in a ring, so a node's share follows from busbw.
+RING_FAMILY = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def node_traffic(row: CommRow) -> tuple[float, float] | None:
+    """Gbps each node sent into the network during `row` (docs/methodology.md §8): as a flat ring
+    moves it (every node boundary carries busbw), and the least any algorithm must move
+    (busbw x (k-1)/(n-1) x n/k, for k nodes of n ranks). None within one node or for other ops."""
+    k, n = row.nodes, row.world_size
+    if k < 2 or n < 2 or row.op not in RING_FAMILY:
+        return None
+    return row.busbw_gbps, row.busbw_gbps * (k - 1) / (n - 1) * n / k
+
+
+def ports(hardware: Hardware | None) -> list[tuple[float, str]]:
+    """(Gbps, name) of the active network ports of the host the picture was taken on: its RDMA
+    ports, else its physical Ethernet NICs, else (a container, a namespace) its virtual ones."""
+    if hardware is None:
+        return []
+    rdma = [(p.gbps * BITS_PER_BYTE, f"{p.device}/{p.port}") for p in hardware.rdma if p.gbps and p.state == "ACTIVE"]
+    nics = [n for n in hardware.net if n.gbps and n.operstate == "up" and not n.name.startswith("lo")]
+    physical = [(n.gbps * BITS_PER_BYTE, n.name) for n in nics if not n.virtual]
+    return rdma or physical or [(n.gbps * BITS_PER_BYTE, n.name) for n in nics]
+
+
+def network_line(row: CommRow, hardware: Hardware | None) -> str:
+    """What one measurement across nodes asked of each node's network, against its ports: all of
+    them for the whole job's traffic, one for a rail's (one rank per node)."""
+    traffic = node_traffic(row)
+    if traffic is None:
+        return ""
+    ring, least = traffic
+    line = (f"# network: {row.op} at {row.size_bytes} B over {row.nodes} nodes x {row.world_size} ranks: "
+            f"each node sent {ring:.3f} Gbps as a ring, at least {least:.3f} Gbps by any algorithm")
+    found = ports(hardware)
+    if not found:
+        return line
+    if row.world_size == row.nodes:
+        rate, name = max(found)
+        return line + f"; rank 0's fastest port {name} runs at {rate:g} Gbps ({ring / rate:.0%} as a ring)"
+    total = sum(rate for rate, _ in found)
+    names = ", ".join(name for _, name in found)
+    return line + f"; rank 0's {len(found)} port(s) ({names}) run at {total:g} Gbps together ({ring / total:.0%})"

@@ -4,7 +4,9 @@ Names (docs/methodology.md §6): comm.<op>.busbw_gbps.<small|medium|large|avg|to
 Gbps over a size class; avg is nccl-tests' mean over all sizes; top the sizes of at least a
 quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.link_share
 (top busbw against the link's theoretical one-direction figure), comm.<op>.wrong and
-comm.wrong (all ops), hardware.pcie.downtrained, train.<summary figure>, train.completed,
+comm.wrong (all ops and pairs), comm.<intra|inter>.<op>.busbw_gbps.worst (the worst node or
+rail), comm.pairwise.<within|across>_nodes.gbps (class medians), comm.pairwise.flagged (slow
+nodes and ranks), hardware.pcie.downtrained, train.<summary figure>, train.completed,
 train.alignment.<figure>, peaks.matmul.<dtype>.tflops, peaks.copy.gbps, and run.failed (only
 in a run that did not complete).
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from clusterbench.analyse import pairs, teams
 from clusterbench.analyse.links import link_line
 from clusterbench.results.schema import CommRow, Run, Train
 from clusterbench.units import BITS_PER_BYTE
@@ -42,7 +45,7 @@ class Kind:
 # Variance and max |d| scale with the reference's own noise, so compare only shows them;
 # alignment.pass (the run's own verdict) and rules judge them.
 KINDS: tuple[Kind, ...] = (
-    Kind(r"comm\.(.*\.)?wrong", "lower"),
+    Kind(r"comm\.(.*\.)?(wrong|flagged)", "lower"),
     Kind(r"comm\..*\.(busbw_gbps.*|link_share)", "higher"),
     Kind(r"train\.completed|train\.alignment\.pass", "higher"),
     Kind(r"train\.alignment\.mre", "lower", floor=0.002),
@@ -104,19 +107,23 @@ def _mean(values: list[float]) -> float:
 
 
 def _comm(run: Run, m: Metrics) -> None:
-    rows = run.comm
-    if not rows:
+    if not run.comm and not run.pairs:
         m.not_run["comm"] = "the comm stage did not run"
         return
-    bad = [r for r in rows if r.wrong]
-    wrong = sum(r.wrong for r in bad)
-    where = ", ".join(f"{r.op} {r.size_bytes} B ({r.wrong} wrong)" for r in bad[:5])
+    wrongs = [(f"{r.op} {r.size_bytes} B" + ("" if r.scope == "global" else f" ({r.scope} {r.team})"), r.wrong)
+              for r in run.comm] + [(f"pair {p.src} -> {p.dst}", p.wrong) for p in run.pairs]
+    bad = [(what, n) for what, n in wrongs if n]
+    wrong = sum(n for _, n in bad)
+    where = ", ".join(f"{what} ({n} wrong)" for what, n in bad[:5])
     more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-    m.put("comm.wrong", wrong, f"{wrong} wrong elements in {len(bad)} of {len(rows)} measurements: {where}{more}"
-          if bad else f"every element of {len(rows)} measurements arrived correctly")
+    m.put("comm.wrong", wrong, f"{wrong} wrong elements in {len(bad)} of {len(wrongs)} measurements: {where}{more}"
+          if bad else f"every element of {len(wrongs)} measurements arrived correctly")
+    _scoped(run.comm, m)
+    _pairwise(run, m)
     by_op: dict[str, list[CommRow]] = {}
-    for row in rows:
-        by_op.setdefault(row.op, []).append(row)
+    for row in run.comm:
+        if row.scope == "global":
+            by_op.setdefault(row.op, []).append(row)
     line, line_text = link_line(run)
     for op, op_rows in by_op.items():
         m.put(f"comm.{op}.wrong", sum(r.wrong for r in op_rows))
@@ -124,6 +131,30 @@ def _comm(run: Run, m: Metrics) -> None:
             _busbw(op, op_rows, line, line_text, m)
         else:
             m.absent[f"comm.{op}.link_share"] = "one rank has no bus bandwidth"
+
+
+def _scoped(rows: list[CommRow], m: Metrics) -> None:
+    """Per scope and op, the worst team's busbw at its largest size."""
+    groups: dict[tuple[str, str], list[CommRow]] = {}
+    for r in rows:
+        if r.scope != "global" and r.world_size > 1:
+            groups.setdefault((r.scope, r.op), []).append(r)
+    for (scope, op), found in groups.items():
+        w = teams.worst(found)
+        m.put(f"comm.{scope}.{op}.busbw_gbps.worst", w.row.busbw_gbps,
+              f"{op} {scope} busbw {w.row.busbw_gbps / BITS_PER_BYTE:.2f} GB/s at {w.row.size_bytes} B in "
+              f"{w.row.team}, the worst of {w.teams}")
+
+
+def _pairwise(run: Run, m: Metrics) -> None:
+    if not run.pairs:
+        return
+    for k, median in pairs.medians(run.pairs).items():
+        m.put(f"comm.pairwise.{k.replace(' ', '_')}.gbps", median)
+    limit = run.comm_options.flag_below if run.comm_options else 0.8
+    slow = [f for f in pairs.flags(run.pairs, limit) if f.what != "pair"]
+    m.put("comm.pairwise.flagged", len(slow), "; ".join(f.text() for f in slow[:3]) if slow else
+          f"no node or rank below {limit:g}x its class's median")
 
 
 def _busbw(op: str, rows: list[CommRow], line: float | None, line_text: str, m: Metrics) -> None:

@@ -9,8 +9,11 @@ from functools import partial
 import torch
 
 from clusterbench import faults
-from clusterbench.comm import options, table
+from clusterbench.analyse.links import network_line
+from clusterbench.comm import options, scopes, table
 from clusterbench.comm.ops import OPS, Ctx, InPlace, Op
+from clusterbench.comm.pairwise import run_pairwise
+from clusterbench.comm.scopes import Team
 from clusterbench.comm.sizes import count_for
 from clusterbench.comm.timing import RankReducer, time_op
 from clusterbench.comm.values import Values, dtype_named
@@ -21,14 +24,16 @@ from clusterbench.results.schema import CommOptions, CommRow
 from clusterbench.units import human_bytes
 
 
-def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool) -> Ctx:
+def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:
     dtype = dtype_named(opts.dtype)
     reduce_op = opts.reduce_op if op.reduces else None
+    n = len(team.ranks)
     return Ctx(
-        rank=worker.rank, n=worker.world_size, count=count, dtype=dtype, device=worker.device,
+        rank=team.rank_of(worker.rank), n=n, count=count, dtype=dtype, device=worker.device,
         root=opts.root, reduce_op=opts.reduce_op,
         in_place=op.in_place is InPlace.ALWAYS or (opts.in_place and op.in_place is InPlace.OPTIONAL),
-        values=Values(dtype, worker.device, reduce_op, worker.world_size, zeros),
+        values=Values(dtype, worker.device, reduce_op, n, zeros),
+        group=team.group, members=team.ranks if team.group is not None else (),
     )
 
 
@@ -42,11 +47,11 @@ def _allocate(op: Op, ctx: Ctx) -> dict[str, torch.Tensor]:
         raise UsageError(f"{op.name} {size}: out of memory on {ctx.device}; lower --max-bytes") from None
 
 
-def probe(worker: Worker, opts: CommOptions) -> None:
+def probe(worker: Worker, opts: CommOptions, team: Team) -> None:
     """Run each op once on a few elements: the backend refuses unsupported dtypes/reductions here."""
     for name in options.op_names(opts):
         op = OPS[name]
-        ctx = _ctx(op, worker, opts, op.granularity(worker.world_size), zeros=False)
+        ctx = _ctx(op, worker, opts, op.granularity(worker.world_size), False, team)
         try:
             op.run(ctx, op.buffers(ctx))
             synchronize(worker.device)
@@ -74,21 +79,21 @@ def counts_for(op: Op, opts: CommOptions, sizes: list[int], world_size: int) -> 
     return sorted({count_for(s, elem, gran) for s in sizes})
 
 
-def measure(op: Op, worker: Worker, opts: CommOptions, count: int) -> CommRow:
-    """Time one op at one element count, then check it; identical on every rank."""
-    n = worker.world_size
-    ctx = _ctx(op, worker, opts, count, zeros=True)
+def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -> CommRow:
+    """Time one op at one element count within a team, then check it; identical on the team's ranks."""
+    ctx = _ctx(op, worker, opts, count, True, team)
+    n = ctx.n
     bufs = _allocate(op, ctx)
     reducer = RankReducer(
         opts.rank_time, worker.device,
-        active_ranks=sum(op.active(r, n) for r in range(n)), active=op.active(worker.rank, n),
+        active_ranks=sum(op.active(r, n) for r in range(n)), active=op.active(ctx.rank, n), group=team.group,
     )
     stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup, opts.time_budget_s)
     del bufs  # free the timing buffers before the check allocates its own
     wrong = 0
     if opts.check:
-        wrong_t = torch.tensor([check(op, _ctx(op, worker, opts, count, zeros=False))], device=worker.device)
-        torch.distributed.all_reduce(wrong_t)
+        wrong_t = torch.tensor([check(op, _ctx(op, worker, opts, count, False, team))], device=worker.device)
+        torch.distributed.all_reduce(wrong_t, group=team.group)
         wrong = int(wrong_t.item())
     size = count * ctx.values.dtype.itemsize
     algbw = size / stats.mean_s
@@ -100,20 +105,23 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int) -> CommRow:
         wrong=wrong, iters=stats.iters, p50_us=stats.p50_s * 1e6, p99_us=stats.p99_s * 1e6,
         min_us=stats.min_s * 1e6, max_us=stats.max_s * 1e6, cv=stats.cv,
         reduce_op=opts.reduce_op if op.reduces else None,
-        root=opts.root if op.name in ("broadcast", "reduce", "gather", "scatter") else None,
+        root=opts.root if op.rooted else None,
+        scope=team.scope, team=team.name, nodes=team.nodes,
     )
 
 
-def sweep(worker: Worker, opts: CommOptions, sizes: list[int], progress: Progress) -> Iterator[tuple[Op, CommRow]]:
-    plan = [(OPS[name], count) for name in options.op_names(opts)
-            for count in counts_for(OPS[name], opts, sizes, worker.world_size)]
+def sweep(worker: Worker, opts: CommOptions, sizes: list[int], team: Team,
+          progress: Progress) -> Iterator[tuple[Op, CommRow]]:
+    n = len(team.ranks)
+    plan = [(OPS[name], count) for name in options.op_names(opts) for count in counts_for(OPS[name], opts, sizes, n)]
+    label = "" if team.scope == "global" else f" ({team.scope} {team.name})"
     for i, (op, count) in enumerate(plan, 1):
-        where = f"{op.name} {count * dtype_named(opts.dtype).itemsize} B"
+        where = f"{op.name} {count * dtype_named(opts.dtype).itemsize} B{label}"
         progress.at(where)
         faults.at_step(worker.rank, i)
         if worker.is_main and sys.stderr.isatty():
             print(f"\r[{i}/{len(plan)}] {where} ...", end="", file=sys.stderr, flush=True)
-        row = measure(op, worker, opts, count)
+        row = measure(op, worker, opts, count, team)
         if worker.is_main and sys.stderr.isatty():
             print("\r\033[K", end="", file=sys.stderr, flush=True)
         yield op, row
@@ -130,31 +138,102 @@ def fit_to_memory(worker: Worker, sizes: list[int]) -> list[int]:
     return [s for s in sizes if s <= cap] or [min(sizes)]
 
 
+class _Printer:
+    """Rank 0's tables: a header when the op (or team) changes, a line per row, a summary per table."""
+
+    def __init__(self, rank: Rank, opts: CommOptions) -> None:
+        self.rank, self.opts = rank, opts
+        self.rows: list[CommRow] = []
+
+    def add(self, row: CommRow) -> None:
+        if not self.rows or (self.rows[-1].op, self.rows[-1].team) != (row.op, row.team):
+            self.close()
+            self.rank.say(table.header(row.op, self.opts.unit, _team_label(row)))
+        self.rows.append(row)
+        self.rank.say(table.line(row, self.opts.unit, self.opts.check))
+
+    def close(self) -> None:
+        if self.rows:
+            last = self.rows[-1]
+            done = [r for r in self.rows if (r.op, r.team) == (last.op, last.team)]
+            self.rank.say(table.summary(last.op, done, self.opts.unit, self.opts.check))
+        self.rows = []
+
+
+def _team_label(row: CommRow) -> str:
+    if row.scope == "global":
+        return ""
+    return f"{row.scope}: {row.team}, {row.world_size} ranks on {row.nodes} node{'s' * (row.nodes > 1)}"
+
+
 def run_comm(rank: Rank, opts: CommOptions) -> None:
     """The benchmark on every rank; rank 0 prints and records each row as it arrives."""
     worker, folder = rank.worker, rank.folder
+    if folder is not None:
+        folder.record(comm_options=opts)
+    if opts.pattern == "pairwise":
+        run_pairwise(rank, opts)
+        return
     sizes = options.sizes(opts, worker.device.type)
     if options.fits_device_memory(opts, worker.device.type):
         sizes = fit_to_memory(worker, sizes)
-    if folder is not None:
-        folder.record(comm_options=opts)
-    probe(worker, opts)
-    rank.say(f"# clusterbench comm: {worker.world_size} ranks, backend {worker.backend}, "
-             f"device {rank.env.devices[0]}, {opts.dtype}")
-    rows: list[CommRow] = []
-
-    def close_table() -> None:
-        done = rows[-1].op
-        rank.say(table.summary(done, [r for r in rows if r.op == done], opts.unit, opts.check))
-
-    for op, row in sweep(worker, opts, sizes, rank.progress):
-        if not rows or rows[-1].op != op.name:
-            if rows:
-                close_table()
-            rank.say(table.header(op.name, opts.unit))
-        rows.append(row)
-        rank.say(table.line(row, opts.unit, opts.check))
+    whole = scopes.whole_job(list(worker.members))
+    probe(worker, opts, whole)
+    rank.say(f"# clusterbench comm: {worker.world_size} ranks on {whole.nodes} node(s), "
+             f"backend {worker.backend}, device {rank.env.devices[0]}, {opts.dtype}")
+    printer = _Printer(rank, opts)
+    for scope in options.scope_names(opts):
+        phases, why_not = scopes.plan(scope, list(worker.members))
+        if why_not:
+            rank.say(f"# {scope}: skipped: {why_not}")
+        _check_root(opts, phases)
+        for phase in scopes.with_groups(phases):
+            _run_phase(rank, opts, sizes, phase, printer)
+        printer.close()
         if folder is not None:
-            folder.append("comm", row)
-    if rows:
-        close_table()
+            _scope_summary(rank, opts, scope, sum(len(p.teams) for p in phases))
+
+
+def _check_root(opts: CommOptions, phases: list[scopes.Phase]) -> None:
+    """--root is a rank within each team: every team must have it (the same check on every rank)."""
+    if not any(OPS[name].rooted for name in options.op_names(opts)):
+        return
+    for phase in phases:
+        for team in phase.teams:
+            if opts.root >= len(team.ranks):
+                raise UsageError(f"--root {opts.root} is a rank within each {team.scope} team, and {team.name} "
+                                 f"has only {len(team.ranks)} ranks")
+
+
+def _scope_summary(rank: Rank, opts: CommOptions, scope: str, teams: int) -> None:
+    """Rank 0, after a scope: its worst node or rail, and what the largest size asked of the network."""
+    rows = [r for r in rank.folder.run.comm if r.scope == scope]
+    if teams > 1:
+        rank.say(table.worst_team(scope, rows, opts.unit))
+    for op in dict.fromkeys(r.op for r in rows):
+        largest = max((r for r in rows if r.op == op), key=lambda r: (r.size_bytes, -r.busbw_gbps))
+        line = network_line(largest, rank.folder.run.hardware)
+        if line:
+            rank.say(line)
+
+
+def _run_phase(rank: Rank, opts: CommOptions, sizes: list[int], phase: scopes.Phase, printer: _Printer) -> None:
+    """Every team of the phase sweeps at once; rank 0 shows its own team's rows live and the
+    others' when the phase ends (every rank waits there, so phases never overlap)."""
+    worker, folder = rank.worker, rank.folder
+    team = phase.team_of(worker.rank)
+    mine: list[CommRow] = []
+    if team is not None:
+        for _, row in sweep(worker, opts, sizes, team, rank.progress):
+            if team.rank_of(worker.rank) == 0:
+                mine.append(row)
+            if folder is not None:
+                printer.add(row)
+                folder.append("comm", row)
+    gathered: list[list[CommRow]] = [[] for _ in range(worker.world_size)]
+    torch.distributed.all_gather_object(gathered, mine if worker.rank != 0 else [])
+    for rows in gathered:
+        for row in rows:
+            if folder is not None:
+                printer.add(row)
+                folder.append("comm", row)

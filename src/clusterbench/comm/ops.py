@@ -31,7 +31,7 @@ class InPlace(Enum):
 class Ctx:
     """One op at one size on one rank."""
 
-    rank: int
+    rank: int  # within the team
     n: int
     count: int
     dtype: torch.dtype
@@ -40,6 +40,12 @@ class Ctx:
     reduce_op: str
     in_place: bool
     values: Values
+    group: dist.ProcessGroup | None = None  # None: the whole job
+    members: tuple[int, ...] = ()  # the team's global ranks in team order; () for the whole job
+
+    def gl(self, rank: int) -> int:
+        """A team rank as the global rank torch's root and peer arguments take."""
+        return self.members[rank] if self.members else rank
 
     @property
     def chunk(self) -> int:
@@ -82,6 +88,7 @@ class Op:
     active: Callable[[int, int], bool] = lambda rank, n: True
     min_ranks: int = 1
     bidirectional: bool = False
+    rooted: bool = False  # --root names the rank it starts from or ends at
 
     def granularity(self, n: int) -> int:
         return n if self.per_rank_chunks else 1
@@ -152,14 +159,16 @@ def _pt2pt_buffers(c: Ctx, bidirectional: bool) -> Buffers:
     return bufs
 
 
-def _pt2pt_run(c: Ctx, b: Buffers) -> None:
-    works = []
-    if "in" in b:
-        works.append(dist.isend(b["in"], c.peer))
-    if "out" in b:
-        works.append(dist.irecv(b["out"], c.peer))
+def _exchange(c: Ctx, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
+    """Post every send and receive (team ranks) at once, then wait for all."""
+    works = [dist.isend(t, c.gl(peer), group=c.group) for t, peer in sends]
+    works += [dist.irecv(t, c.gl(peer), group=c.group) for t, peer in recvs]
     for w in works:
         w.wait()
+
+
+def _pt2pt_run(c: Ctx, b: Buffers) -> None:
+    _exchange(c, [(b["in"], c.peer)] if "in" in b else [], [(b["out"], c.peer)] if "out" in b else [])
 
 
 def _pt2pt(name: str, bidirectional: bool) -> Op:
@@ -179,66 +188,106 @@ def _pt2pt(name: str, bidirectional: bool) -> Op:
     )
 
 
+def _incast_buffers(c: Ctx) -> Buffers:
+    if c.rank != c.root:
+        return {"in": c.input(c.rank, c.count)}
+    return {"out": c.empty(c.count * (c.n - 1))}
+
+
+def _incast_run(c: Ctx, b: Buffers) -> None:
+    if c.rank != c.root:
+        _exchange(c, [(b["in"], c.root)], [])
+        return
+    senders = [r for r in range(c.n) if r != c.root]
+    _exchange(c, [], list(zip(b["out"].split(c.count), senders)))
+
+
+def _incast_expected(c: Ctx) -> torch.Tensor | None:
+    if c.rank != c.root:
+        return None
+    return torch.cat([c.values.pattern(r, c.count) for r in range(c.n) if r != c.root])
+
+
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
         Op(
             "all_reduce", lambda n: 2 * (n - 1) / n, False, InPlace.ALWAYS, True,
             buffers=lambda c: {"out": c.input(c.rank, c.count)},
-            run=lambda c, b: dist.all_reduce(b["out"], op=c.torch_op),
+            run=lambda c, b: dist.all_reduce(b["out"], op=c.torch_op, group=c.group),
             expected=lambda c: c.reduced(c.count),
         ),
         Op(
             "all_gather", _ring, True, InPlace.OPTIONAL, False,
             buffers=_all_gather_buffers,
-            run=lambda c, b: _all_gather(b["out"], b["in"]),
+            run=lambda c, b: _all_gather(b["out"], b["in"], group=c.group),
             expected=lambda c: c.gathered(lambda j: j, lambda j: j * c.chunk),
         ),
         Op(
             "reduce_scatter", _ring, True, InPlace.OPTIONAL, True,
             buffers=_reduce_scatter_buffers,
-            run=lambda c, b: _reduce_scatter(b["out"], b["in"], op=c.torch_op),
+            run=lambda c, b: _reduce_scatter(b["out"], b["in"], op=c.torch_op, group=c.group),
             expected=lambda c: c.reduced(c.chunk, c.rank * c.chunk),
         ),
         Op(
             "all_to_all", _ring, True, InPlace.NEVER, False,
             buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
-            run=lambda c, b: dist.all_to_all_single(b["out"], b["in"]),
+            run=lambda c, b: dist.all_to_all_single(b["out"], b["in"], group=c.group),
             expected=lambda c: c.gathered(lambda j: j, lambda j: c.rank * c.chunk),
         ),
         Op(
             "broadcast", lambda n: 1.0, False, InPlace.ALWAYS, False,
             buffers=lambda c: {"out": c.input(c.rank, c.count)},
-            run=lambda c, b: dist.broadcast(b["out"], src=c.root),
+            run=lambda c, b: dist.broadcast(b["out"], src=c.gl(c.root), group=c.group),
             expected=lambda c: c.values.pattern(c.root, c.count),
+            rooted=True,
         ),
         Op(
             "reduce", lambda n: 1.0, False, InPlace.ALWAYS, True,
             buffers=lambda c: {"out": c.input(c.rank, c.count)},
-            run=lambda c, b: dist.reduce(b["out"], dst=c.root, op=c.torch_op),
+            run=lambda c, b: dist.reduce(b["out"], dst=c.gl(c.root), op=c.torch_op, group=c.group),
             # Only the root's buffer is defined after a reduce.
             expected=lambda c: c.reduced(c.count) if c.rank == c.root else None,
+            rooted=True,
         ),
         Op(
             "gather", _ring, True, InPlace.NEVER, False,
             buffers=_gather_buffers,
             run=lambda c, b: dist.gather(
-                b["in"], list(b["out"].split(c.chunk)) if "out" in b else None, dst=c.root
+                b["in"], list(b["out"].split(c.chunk)) if "out" in b else None, dst=c.gl(c.root), group=c.group
             ),
             expected=lambda c: c.gathered(lambda j: j, lambda j: j * c.chunk) if c.rank == c.root else None,
+            rooted=True,
         ),
         Op(
             "scatter", _ring, True, InPlace.NEVER, False,
             buffers=_scatter_buffers,
             run=lambda c, b: dist.scatter(
-                b["out"], list(b["in"].split(c.chunk)) if "in" in b else None, src=c.root
+                b["out"], list(b["in"].split(c.chunk)) if "in" in b else None, src=c.gl(c.root), group=c.group
             ),
             expected=lambda c: c.values.pattern(c.root, c.chunk, c.rank * c.chunk),
+            rooted=True,
         ),
         _pt2pt("pt2pt", bidirectional=False),
         _pt2pt("pt2pt_bidir", bidirectional=True),
+        # --pattern ring: each rank sends to the next and receives from the previous at once, so
+        # on a multi-node job every node boundary is crossed (pt2pt's pairs 0-1, 2-3 never are).
+        Op(
+            "sendrecv", lambda n: 1.0, False, InPlace.NEVER, False,
+            buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
+            run=lambda c, b: _exchange(c, [(b["in"], (c.rank + 1) % c.n)], [(b["out"], (c.rank - 1) % c.n)]),
+            expected=lambda c: c.values.pattern((c.rank - 1) % c.n, c.count),
+            min_ranks=2,
+        ),
+        # --pattern incast: every rank sends Size bytes to the root at once (the congestion case);
+        # busbw is what arrives at the root per second.
+        Op(
+            "incast", lambda n: n - 1.0, False, InPlace.NEVER, False,
+            buffers=_incast_buffers, run=_incast_run, expected=_incast_expected, min_ranks=2, rooted=True,
+        ),
     )
 }
 
-# `--ops all` runs each collective once; pt2pt's direction comes from --bidirectional.
-ALL_OPS = [name for name in OPS if name != "pt2pt_bidir"]
+# `--ops all` runs each collective once; pt2pt's direction comes from --bidirectional; the
+# ring and incast patterns are asked for by name (or --pattern).
+ALL_OPS = [name for name in OPS if name not in ("pt2pt_bidir", "sendrecv", "incast")]

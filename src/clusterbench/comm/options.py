@@ -14,6 +14,7 @@ from typing import Any
 
 from clusterbench import args as argtypes
 from clusterbench.comm.ops import ALL_OPS, OPS, REDUCE_OPS
+from clusterbench.comm.scopes import SCOPES
 from clusterbench.comm.sizes import sweep
 from clusterbench.comm.timing import RANK_TIME
 from clusterbench.comm.values import DTYPE_ALIASES, DTYPES, dtype_named
@@ -63,11 +64,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action=argparse.BooleanOptionalAction,
                    help="verify every output element after timing (default on)")
     p.add_argument("--unit", choices=tuple(BANDWIDTH_UNITS), help="bandwidth unit (default Gbps)")
+    g = p.add_argument_group("many nodes")
+    g.add_argument("--scope", choices=(*SCOPES, "all"),
+                   help="global: the whole job (default); intra: inside each node, all nodes at once; "
+                        "inter: one rank per node, rail by rail; all: the three in turn")
+    g.add_argument("--pattern", choices=tuple(PATTERN_OPS) + ("pairwise",),
+                   help="single: the sweep (default); ring: each rank sends to the next (sendrecv); "
+                        "incast: all send to --root; pairwise: every pair alone, each way, to find the slow one")
+    g.add_argument("--flag-below", dest="flag_below", type=argtypes.real(0.0),
+                   help="pairwise: flag a pair, rank or node below this fraction of its class's median (default 0.8)")
+    g.add_argument("--nodes-only", dest="nodes_only", action="store_true",
+                   help="pairwise: one rank per node, for large fleets")
+
+
+# The patterns that are one op of the sweep.
+PATTERN_OPS = {"single": None, "ring": "sendrecv", "incast": "incast"}
 
 
 def build(given: dict[str, Any], defaults: dict[str, Any] | None = None) -> CommOptions:
     """CommOptions from the user's options over a caller's defaults over the command's own."""
-    return replace(CommOptions(), **{**(defaults or {}), **given})
+    opts = replace(CommOptions(), **{**(defaults or {}), **given})
+    op = PATTERN_OPS.get(opts.pattern)
+    if op is not None:
+        if "ops" in given:
+            raise UsageError(f"--pattern {opts.pattern} measures the {op} op: drop --ops, or use --ops {op}")
+        opts = replace(opts, ops=(op,))
+    if opts.nodes_only and opts.pattern != "pairwise":
+        raise UsageError("--nodes-only belongs to --pattern pairwise")
+    if not 0 < opts.flag_below <= 1:
+        raise UsageError(f"--flag-below is a fraction of the median in (0, 1], got {opts.flag_below:g}")
+    return opts
+
+
+def scope_names(opts: CommOptions) -> tuple[str, ...]:
+    return SCOPES if opts.scope == "all" else (opts.scope,)
 
 
 def op_names(opts: CommOptions) -> list[str]:
@@ -90,6 +120,8 @@ def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: 
     """Refuse, before any rank starts, what cannot work at this world size or on this machine."""
     if not 0 <= opts.root < world_size:
         raise UsageError(f"--root {opts.root} is not a rank of this {world_size}-rank job")
+    if opts.pattern == "pairwise" and world_size < 2:
+        raise UsageError("--pattern pairwise needs at least 2 ranks; this job has 1")
     for name in op_names(opts):
         if world_size < OPS[name].min_ranks:
             raise UsageError(f"{name} needs at least {OPS[name].min_ranks} ranks; this job has {world_size}")

@@ -90,13 +90,14 @@ class RankReducer:
     device: torch.device
     active_ranks: int  # ranks that take part (pt2pt with odd n leaves one out)
     active: bool
+    group: dist.ProcessGroup | None = None  # the team measured; None: the whole job
 
     def __call__(self, samples: list[float]) -> list[float]:
         t = torch.tensor(samples, dtype=torch.float64, device=self.device)
         if not self.active:
             t.fill_(math.inf if self.how == "min" else 0.0)
         op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}[self.how]
-        dist.all_reduce(t, op=op)
+        dist.all_reduce(t, op=op, group=self.group)
         if self.how == "avg":
             t /= self.active_ranks
         return t.tolist()

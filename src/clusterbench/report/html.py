@@ -14,10 +14,12 @@ from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.report import comm, train
 from clusterbench.report.blocks import badge, esc, section
 from clusterbench.report.hardware import hardware_section, peaks_section
+from clusterbench.report.pairs import pairs_section
 from clusterbench.report.style import CSS
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run
 from clusterbench.results.schema import Run, Verdict
+from clusterbench.units import ranks_text
 
 REPORT_NAME = "report.html"
 
@@ -35,7 +37,7 @@ def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
 
 def expected_plots(run: Run) -> int:
     """How many inline SVG plots page(run) holds; the browser test checks the DOM against it."""
-    return comm.plot_count(run) + (train.plot_count(run.train) if run.train else 0)
+    return comm.plot_count(run) + bool(run.pairs) + (train.plot_count(run.train) if run.train else 0)
 
 
 def verdicts(run: Run) -> list[Verdict]:
@@ -51,15 +53,17 @@ def page(run: Run) -> str:
         parts.append(peaks_section(run.peaks, run.hardware))
     if run.comm:
         parts.append(comm.comm_section(run))
+    if run.pairs:
+        parts.append(pairs_section(run))
     if run.train:
         parts.append(train.train_section(run.train))
     anchors = [("verdicts", "Verdicts"), ("hardware", "Hardware"), ("peaks", "Peaks"),
-               ("comm", "Communication"), ("train", "Fine-tuning")]
+               ("comm", "Communication"), ("pairs", "Pairwise links"), ("train", "Fine-tuning")]
     body = "".join(parts)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in anchors if f'<section id="{a}"' in body)
     title = f"clusterbench {run.command} on {run.env.hostname or '?'}"
     meta = (f"<b>{esc(run.started_utc)}</b> → <b>{esc(run.finished_utc)}</b> · status "
-            f"<b>{esc(run.status)}</b> · clusterbench {esc(run.version)} · "
+            f"<b>{esc(run.status)}</b> · clusterbench {esc(run.version)} · {_job(run)}"
             f"<code>{esc(' '.join(run.argv))}</code>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -71,6 +75,17 @@ def page(run: Run) -> str:
 <main>{body}<footer>Rendered from run.json by <code>clusterbench report</code>.
 Every formula and rule: docs/methodology.md of clusterbench.</footer></main></body></html>
 """
+
+
+def _job(run: Run) -> str:
+    """Where the ranks ran: "4 ranks on 2 nodes: a (ranks 0-1, cuda:0-1), ..."."""
+    if not run.env.ranks:
+        return ""
+    nodes: dict[str, list[int]] = {}
+    for p in run.env.ranks:
+        nodes.setdefault(p.node, []).append(p.rank)
+    where = ", ".join(f"{node} ({ranks_text(ranks)})" for node, ranks in nodes.items())
+    return f"{len(run.env.ranks)} ranks on {len(nodes)} node{'s' * (len(nodes) > 1)}: {esc(where)} · "
 
 
 def _verdict_section(found: list[Verdict]) -> str:

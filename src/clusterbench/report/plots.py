@@ -124,3 +124,25 @@ def loss_plot(name: str, losses: Sequence[float], reference: Sequence[float] | N
         top.grid(True, linewidth=0.6)
         top.legend(fontsize=8)
     return _svg(fig, name)
+
+
+def heatmap_plot(name: str, labels: Sequence[str], cells: Sequence[Sequence[float | None]], unit: str) -> str:
+    """The pairwise matrix: rows send, columns receive; darker is slower, the diagonal blank."""
+    n = len(labels)
+    with plt.rc_context(_STYLE):
+        side = min(9.0, 2.4 + 0.32 * n)
+        fig, ax = plt.subplots(figsize=(side + 1.2, side))
+        values = [[float("nan") if v is None else v for v in row] for row in cells]
+        image = ax.imshow(values, cmap="viridis", vmin=0, aspect="equal")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=unit)
+        ticks = range(n) if n <= 32 else range(0, n, max(1, n // 16))
+        ax.set_xticks(list(ticks), [labels[i] for i in ticks], rotation=90, fontsize=7)
+        ax.set_yticks(list(ticks), [labels[i] for i in ticks], fontsize=7)
+        ax.set_xlabel("receiving rank")
+        ax.set_ylabel("sending rank")
+        if n <= 12:
+            for i, row in enumerate(cells):
+                for j, v in enumerate(row):
+                    if v is not None:
+                        ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
+    return _svg(fig, name)

@@ -18,7 +18,7 @@ from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results import codec, documents
 from clusterbench.results.schema import Env, Run
 
-TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <name>.csv
+TABLES = ("comm", "pairs", "train_steps")  # list sections of run.json that also get a <name>.csv
 
 
 def default_run_dir(command: str) -> Path:

@@ -19,6 +19,16 @@ SCHEMA_VERSION = 2
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one rank ran."""
+
+    rank: int
+    node: str
+    local_rank: int
+    device: str
+
+
 @dataclass
 class Env:
     """Facts every run records; `hosts` and `devices` come from every rank."""
@@ -35,6 +45,7 @@ class Env:
     device_type: str | None = None
     hosts: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
+    ranks: list[Placement] = field(default_factory=list)  # by rank
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,10 @@ class CommOptions:
     rank_time: str = "max"
     check: bool = True
     unit: str = "Gbps"
+    scope: str = "global"  # global, intra, inter or all (docs/methodology.md §8)
+    pattern: str = "single"  # single (the sweep), ring, incast or pairwise
+    flag_below: float = 0.8  # pairwise: flag what is below this fraction of its class's median
+    nodes_only: bool = False  # pairwise: one rank per node
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,9 @@ class CommRow:
     cv: float
     reduce_op: str | None = None
     root: int | None = None
+    scope: str = "global"
+    team: str = "all"  # the ranks measured together: all, a node's name, or "rail k"
+    nodes: int = 1  # the nodes those ranks span
 
     @property
     def description(self) -> str:
@@ -87,6 +105,21 @@ class CommRow:
         if self.reduce_op:
             text += f" {self.reduce_op}"
         return text + (" in-place" if self.in_place else "")
+
+
+@dataclass(frozen=True)
+class PairRow:
+    """--pattern pairwise: one direction of one pair, as its receiver measured it (docs/methodology.md §8)."""
+
+    src: int
+    dst: int
+    src_node: str
+    dst_node: str
+    size_bytes: int
+    gbps: float  # src -> dst, one message stream alone on the pair's links
+    latency_us: float  # half the round trip of a small message between the two
+    wrong: int = field(metadata={"min": 0})
+    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -202,6 +235,7 @@ class Run:
     peaks: Peaks | None = None
     comm_options: CommOptions | None = None
     comm: list[CommRow] = field(default_factory=list)
+    pairs: list[PairRow] = field(default_factory=list)
     train: Train | None = None
     train_steps: list[StepRow] = field(default_factory=list)
     expected: dict[str, float] = field(default_factory=dict)  # figures rules judge against, by metric

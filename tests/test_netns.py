@@ -1,0 +1,53 @@
+"""Three "nodes" as network namespaces on a bridge, one of them sending through a 200 Mbit/s
+rate limit: the pairwise sweep must flag that node, and the inter-node scope must show the
+network running far below the port rate. Each node runs torchrun, as on a real cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from beds import NetnsBed, netns_cluster
+from conftest import read_run
+
+NODES = 3
+SLOW = 2
+PORT = "29500"  # inside namespaces this test made for itself: nothing else listens there
+
+
+def on_every_node(bed: NetnsBed, args: tuple[str, ...], out: Path) -> list[subprocess.CompletedProcess]:
+    procs = [bed.popen(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES), "--node-rank",
+                           str(i), "--nproc-per-node", "1", "--master-addr", bed.addr(0), "--master-port", PORT,
+                           "-m", "clusterbench", "comm", *args, "--iface", "eth0", "--timeout", "60",
+                           "--out", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(NODES)]
+    done = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=240)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    assert all(p.returncode == 0 for p in done), [p.stderr[-1500:] for p in done]
+    return done
+
+
+def test_pairwise_flags_the_slow_node_and_inter_shows_it(tmp_path: Path) -> None:
+    with netns_cluster(NODES, slow={SLOW: "200mbit"}) as bed:
+        node0 = on_every_node(bed, ("--pattern", "pairwise", "-e", "1M", "--flag-below", "0.5"), tmp_path / "pairs")[0]
+        inter = on_every_node(bed, ("--scope", "inter", "-b", "256K", "-e", "1M", "--iters", "3"),
+                              tmp_path / "inter")[0]
+    pairs = read_run(tmp_path / "pairs")["pairs"]
+    assert len(pairs) == NODES * (NODES - 1) and all(p["wrong"] == 0 for p in pairs)
+    from_slow = [p["gbps"] for p in pairs if p["src_node"] == f"node{SLOW}"]
+    others = [p["gbps"] for p in pairs if p["src_node"] != f"node{SLOW}"]
+    assert max(from_slow) < 0.3 < 1.0 < min(others), pairs  # tbf holds node 2 to 0.2 Gbit/s
+    flags = [line for line in node0.stdout.splitlines() if line.startswith("# FLAG")]
+    assert flags[0].startswith(f"# FLAG node node{SLOW} sends at"), node0.stdout
+    assert not any("node node0" in f or "node node1" in f for f in flags)
+    assert (tmp_path / "pairs" / "pairs.csv").read_text().count("\n") == len(pairs) + 1
+
+    rows = read_run(tmp_path / "inter")["comm"]
+    assert {(r["scope"], r["team"], r["nodes"]) for r in rows} == {("inter", "rail 0", NODES)}
+    assert max(r["busbw_gbps"] for r in rows) < 0.3  # the ring crosses the slow node's link
+    network = [line for line in inter.stdout.splitlines() if line.startswith("# network:")]
+    assert network and "eth0" in network[0], inter.stdout
