@@ -154,11 +154,9 @@ def _survivor_report(rdzv: Rendezvous, rank: int, own: str) -> tuple[str, int]:
     where: dict[int, str] = {}
     deadline = time.monotonic() + GRACE_S
     try:
-        while True:
-            endings, where = rdzv.endings(), rdzv.whereabouts()
-            if len(endings) == rdzv.world_size or time.monotonic() > deadline:
-                break
+        while rdzv.ended() < rdzv.world_size and time.monotonic() < deadline:
             time.sleep(0.1)
+        endings, where = rdzv.endings(), rdzv.whereabouts()
     except (RuntimeError, OSError):
         pass  # the store's host is gone too: say what was seen before it went
     silent = [r for r in range(rdzv.world_size) if r not in endings and r != rank]

@@ -1,9 +1,10 @@
 """Which launcher started this process, and what it says about our place in the job.
 
 Each launcher is one entry of LAUNCHERS: the variables that carry the rank, the world size,
-the local rank and size and the node, and how rank 0's address and a port follow from them.
-torchrun and a hand-set RANK/WORLD_SIZE come first because they also run inside srun and
-mpirun allocations; a Slurm batch script (SLURM_PROCID=0 but no step) is not a launcher.
+the local rank and the node, and how rank 0's address and a port follow from them. torchrun
+and a hand-set RANK/WORLD_SIZE come first because they also run inside srun and mpirun
+allocations; a Slurm batch script (SLURM_PROCID=0 but no step) and a one-task step (`srun
+--pty bash`) are not launchers: there the user runs clusterbench by hand.
 """
 
 from __future__ import annotations

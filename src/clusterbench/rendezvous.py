@@ -103,6 +103,11 @@ class Rendezvous:
 
     def end(self, rank: int, kind: str, message: str) -> None:
         self.store.set(self._key("end", rank), json.dumps([kind, message]))
+        self.store.add("ended", 1)
+
+    def ended(self) -> int:
+        """How many ranks have said how they ended: one request, however many ranks there are."""
+        return self.store.add("ended", 0)
 
     def whereabouts(self) -> dict[int, str]:
         return self._present("at")
