@@ -195,3 +195,18 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path
     proc = run_cli("comm", *FAST, "-e", "1K", "--out", str(tmp_path / "run"), *args)
     assert_one_line_error(proc, 2, needle)
     assert json.dumps(proc.stderr)  # printable
+
+
+@pytest.mark.parametrize("mode", ["stamps", "loop"])
+def test_each_timing_mode_runs_and_is_named(mode: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_cli("comm", "--nproc", "2", "-b", "1K", "-e", "4K", "--timing", mode, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert f"# all_reduce (timing: {mode})" in proc.stdout
+    rows = read_run(out)["comm"]
+    assert rows and all(r["timing"] == mode and r["wrong"] == 0 for r in rows)
+
+
+def test_graph_timing_is_refused_without_cuda(tmp_path: Path) -> None:
+    proc = run_cli("comm", "--nproc", "2", "--timing", "graph", "--out", str(tmp_path / "run"))
+    assert_one_line_error(proc, 2, "--timing graph", "use --timing loop or stamps")

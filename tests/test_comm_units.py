@@ -97,3 +97,23 @@ def test_summary_is_the_mean_busbw_over_sizes() -> None:
     rows = [_row(busbw_gbps=1.0), _row(busbw_gbps=3.0, wrong=2)]
     text = table.summary("all_reduce", rows, "Gbps", checked=True)
     assert "Avg bus bandwidth 2.000 Gbps over 2 sizes" in text and "2 wrong elements: FAILED" in text
+
+
+def test_loop_timing_takes_one_sample_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--timing loop on a clock the test drives: one clock read around each batch, the mean per call."""
+    now, reads = [0.0], [0]
+
+    def clock() -> float:
+        reads[0] += 1
+        return now[0]
+
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=clock))
+
+    def run() -> None:
+        now[0] += 1e-4
+
+    stats = timing.time_op(run, torch.device("cpu"), lambda samples: samples, 100, 1, 0.05, mode="loop")
+    assert stats.iters == 100 and stats.mean_s == pytest.approx(1e-4) and stats.cv == pytest.approx(0, abs=1e-9)
+    assert reads[0] <= 2 * 5 + 2  # a read before and after each of the 5 batches (and the first call's stamps)
+    auto = timing.time_op(run, torch.device("cpu"), lambda samples: samples, None, 1, 0.05, mode="loop")
+    assert auto.iters >= timing.MIN_AUTO_ITERS and auto.mean_s == pytest.approx(1e-4)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from clusterbench.analyse import teams
-from clusterbench.comm.scopes import plan
+from clusterbench.comm.scopes import algo_phases, nccl_algo, plan
 from clusterbench.rendezvous import Member, named
 from clusterbench.results.schema import CommRow
 
@@ -63,3 +64,20 @@ def test_teams_of_different_sizes_are_each_taken_at_their_largest_size() -> None
     worst = teams.worst(rows)
     assert (worst.row.team, worst.row.size_bytes, worst.median_gbps, worst.teams) == ("b", 1048572, 8.0, 3)
     assert worst.share == 0.25
+
+
+def test_each_nccl_algorithm_gets_the_whole_job_in_a_phase_of_its_own() -> None:
+    phases = algo_phases(members(("a", 2), ("b", 2)), ("ring", "tree"))
+    assert [(p.scope, p.teams[0].name, p.teams[0].nccl_algo, p.teams[0].ranks) for p in phases] == [
+        ("algo", "NCCL_ALGO=ring", "ring", (0, 1, 2, 3)), ("algo", "NCCL_ALGO=tree", "tree", (0, 1, 2, 3))]
+
+
+def test_nccl_algo_is_set_only_while_asked(monkeypatch) -> None:
+    monkeypatch.setenv("NCCL_ALGO", "mine")
+    with nccl_algo("tree"):
+        assert os.environ["NCCL_ALGO"] == "tree"
+    assert os.environ["NCCL_ALGO"] == "mine"
+    monkeypatch.delenv("NCCL_ALGO")
+    with nccl_algo("ring"):
+        pass
+    assert "NCCL_ALGO" not in os.environ

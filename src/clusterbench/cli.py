@@ -7,7 +7,7 @@ import os
 import sys
 
 from clusterbench import __version__
-from clusterbench.commands import align, baseline, comm, compare, info, peak, report, run, train
+from clusterbench.commands import align, baseline, comm, compare, diagnose, info, peak, report, run, train
 from clusterbench.errors import EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError
 from clusterbench.harness import Command, ToolCommand
 
@@ -21,6 +21,7 @@ COMMANDS: tuple[Command, ...] = (
     report.COMMAND,
     compare.COMMAND,
     baseline.COMMAND,
+    diagnose.COMMAND,
 )
 
 

@@ -148,6 +148,13 @@ def environment(worker: Worker) -> Env:
     )
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's own OOM, or one a backend or the host allocator words in its own way."""
+    text = str(exc).lower()
+    return isinstance(exc, torch.OutOfMemoryError) or any(
+        words in text for words in ("out of memory", "can't allocate memory", "cannot allocate memory"))
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -32,7 +32,7 @@ from clusterbench.hw.topology import describe
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress, Rank
 from clusterbench.results import documents
-from clusterbench.results.folder import TABLES, RunFolder, claim, default_run_dir, load_run, save_run
+from clusterbench.results.folder import NCCL_LOGS, TABLES, RunFolder, claim, default_run_dir, load_run, save_run
 from clusterbench.results.schema import Run
 
 
@@ -249,7 +249,8 @@ def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     if owner:
         claim(plan.run_dir, plan.overwrite)
     job = _RankJob(cmd.name, cmd.work, options, plan.run_dir, tuple(sys.argv))
-    work = launch.Job(_rank_main, job, plan.dist, plan.iface)
+    nccl_logs = plan.run_dir / NCCL_LOGS if plan.dist.backend == "nccl" else None
+    work = launch.Job(_rank_main, job, plan.dist, plan.iface, nccl_logs)
     if plan.ray:
         from clusterbench import ray_launch  # only Ray users need ray installed
 
@@ -295,6 +296,11 @@ def _finished_run(run_dir: Path, outcome: launch.Outcome) -> Run | None:
     if outcome.code != EXIT_OK:
         run.status = "interrupted" if outcome.code == EXIT_INTERRUPTED else "failed"
         run.error, run.finished_utc = outcome.message, run.finished_utc or documents.utc_stamp()
+    logs = sorted((run_dir / NCCL_LOGS).glob("*.log"))
+    if logs:
+        from clusterbench.nccl.log import parse_files
+
+        run.nccl = parse_files(logs)
     return run
 
 

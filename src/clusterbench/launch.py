@@ -20,6 +20,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -45,6 +46,7 @@ class Job:
     payload: Any
     dist: DistConfig
     iface: str | None = None  # the network interface Gloo and NCCL use between hosts
+    nccl_logs: Path | None = None  # where each rank's NCCL log goes (NCCL runs)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
     warnings.filterwarnings("ignore")
     if job.iface:
         os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = job.iface
+    if job.nccl_logs is not None:
+        capture_nccl_log(job.nccl_logs)
     progress = Progress(seat.rank, rdzv)
     try:
         me = Member(seat.rank, socket.gethostname(), seat.local_rank, seat.node_index)
@@ -89,6 +93,24 @@ def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
             traceback.print_exc()
     progress.error(kind, message)
     return Outcome(code, message)
+
+
+# NCCL's own account of a run: what it found and chose at start-up, and its network. TUNING (a
+# line per call, the algorithm and protocol chosen) is left to the user: logging every call would
+# slow what the sweep measures.
+NCCL_SUBSYSTEMS = "INIT,ENV,GRAPH,NET"
+
+
+def capture_nccl_log(folder: Path) -> None:
+    """Have NCCL write this rank's log into `folder`, unless the user chose NCCL_DEBUG* already (theirs
+    win). A host that cannot make the folder (rank 0's path on another machine) keeps NCCL quiet."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    os.environ.setdefault("NCCL_DEBUG", "INFO")
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", NCCL_SUBSYSTEMS)
+    os.environ.setdefault("NCCL_DEBUG_FILE", str(folder / "nccl.%h.%p.log"))
 
 
 def _spawned(job: Job, seat: Seat, port: int) -> None:

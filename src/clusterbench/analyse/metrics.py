@@ -6,9 +6,9 @@ quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.
 (top busbw against the link's theoretical one-direction figure), comm.<op>.wrong and
 comm.wrong (all ops and pairs), comm.<intra|inter>.<op>.busbw_gbps.worst (the worst node or
 rail), comm.pairwise.<within|across>_nodes.gbps (class medians), comm.pairwise.flagged (slow
-nodes and ranks), hardware.pcie.downtrained, train.<summary figure>, train.completed,
-train.alignment.<figure>, peaks.matmul.<dtype>.tflops, peaks.copy.gbps, and run.failed (only
-in a run that did not complete).
+nodes and ranks), nccl.* (what NCCL's log says: analyse/nccl.py), hardware.pcie.downtrained,
+train.<summary figure>, train.completed, train.alignment.<figure>, peaks.matmul.<dtype>.tflops,
+peaks.copy.gbps, and run.failed (only in a run that did not complete).
 
 Beside the values: a note that puts a value in words for a verdict line, and for a metric
 this kind of run could have but this one has not, the reason (a CPU has no link table).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from clusterbench.analyse import pairs, teams
+from clusterbench.analyse import nccl, pairs, teams
 from clusterbench.analyse.links import link_line
 from clusterbench.results.schema import CommRow, Run, Train
 from clusterbench.units import BITS_PER_BYTE
@@ -52,6 +52,9 @@ KINDS: tuple[Kind, ...] = (
     Kind(r"train\.alignment\.first_step_error", "lower", floor=0.0005),
     Kind(r"train\.alignment\..*", None),
     Kind(r"train\.peak_memory_bytes|hardware\.pcie\.downtrained|run\.failed", "lower"),
+    Kind(r"nccl\.net\.socket_with_rdma|nccl\.p2p\.shm_between_nvlink_gpus", "lower"),
+    Kind(r"nccl\.net\.gdr", "higher"),
+    Kind(r"nccl\..*", None),
     Kind(r".*\.(tgs|padded_tgs|tflops_per_device|mfu|hfu|tflops|gbps)", "higher"),
 )
 
@@ -93,6 +96,10 @@ def metrics_of(run: Run) -> Metrics:
     _hardware(run, m)
     _train(run.train, m)
     _peaks(run, m)
+    for name, (value, note) in nccl.values(run).items():
+        m.put(name, value, note)
+    if m.values.get("nccl.nvls") and m.values.get("comm.all_reduce.link_share", 0) > 1:
+        m.notes["comm.all_reduce.link_share"] += "; above the link because NVLS reduced in the NVSwitch (NCCL log)"
     if run.status != "complete":  # absent from a run that completed, so it adds no line to its verdicts
         m.put("run.failed", 1, run.error or f"the run is {run.status}")
     return m

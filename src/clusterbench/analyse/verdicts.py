@@ -14,7 +14,7 @@ from clusterbench.results.schema import Run, Verdict
 
 RANKED = ("PASS", "WARN", "FAIL")
 # The default checks that decide a stage command's exit code.
-STAGE_CHECKS = {"comm": ("comm correctness",), "train": ("training", "loss alignment")}
+STAGE_CHECKS = {"comm": ("comm correctness", "NCCL network"), "train": ("training", "loss alignment")}
 _SHOWN = 3  # results named in one line before "and N more"
 
 

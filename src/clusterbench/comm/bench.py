@@ -17,11 +17,10 @@ from clusterbench.comm.scopes import Team
 from clusterbench.comm.sizes import count_for
 from clusterbench.comm.timing import RankReducer, time_op
 from clusterbench.comm.values import Values, dtype_named
-from clusterbench.dist import Worker, synchronize
-from clusterbench.errors import UsageError
+from clusterbench.dist import Worker, is_out_of_memory, synchronize
+from clusterbench.errors import UsageError, one_line
 from clusterbench.rank import Progress, Rank
 from clusterbench.results.schema import CommOptions, CommRow
-from clusterbench.units import human_bytes
 
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:
@@ -35,16 +34,6 @@ def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, tea
         values=Values(dtype, worker.device, reduce_op, n, zeros),
         group=team.group, members=team.ranks if team.group is not None else (),
     )
-
-
-def _allocate(op: Op, ctx: Ctx) -> dict[str, torch.Tensor]:
-    try:
-        return op.buffers(ctx)
-    except (torch.OutOfMemoryError, RuntimeError) as e:
-        if "memory" not in str(e).lower() and not isinstance(e, torch.OutOfMemoryError):
-            raise
-        size = human_bytes(ctx.count * ctx.values.dtype.itemsize)
-        raise UsageError(f"{op.name} {size}: out of memory on {ctx.device}; lower --max-bytes") from None
 
 
 def probe(worker: Worker, opts: CommOptions, team: Team) -> None:
@@ -63,7 +52,7 @@ def probe(worker: Worker, opts: CommOptions, team: Team) -> None:
 
 def check(op: Op, ctx: Ctx) -> int:
     """Run once on the check values and count wrong elements on this rank."""
-    bufs = _allocate(op, ctx)
+    bufs = op.buffers(ctx)
     op.run(ctx, bufs)
     synchronize(ctx.device)
     want = op.expected(ctx)
@@ -83,12 +72,20 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -
     """Time one op at one element count within a team, then check it; identical on the team's ranks."""
     ctx = _ctx(op, worker, opts, count, True, team)
     n = ctx.n
-    bufs = _allocate(op, ctx)
+    bufs = op.buffers(ctx)
     reducer = RankReducer(
         opts.rank_time, worker.device,
         active_ranks=sum(op.active(r, n) for r in range(n)), active=op.active(ctx.rank, n), group=team.group,
     )
-    stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup, opts.time_budget_s)
+    mode = options.timing(opts, worker.device.type)
+    try:
+        stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup,
+                        opts.time_budget_s, mode)
+    except RuntimeError as e:
+        if mode != "graph" or is_out_of_memory(e):
+            raise
+        raise UsageError(f"--timing graph: {op.name} on backend {worker.backend} cannot be captured in a CUDA "
+                         f"graph ({one_line(e)}); use --timing loop") from None
     del bufs  # free the timing buffers before the check allocates its own
     wrong = 0
     if opts.check:
@@ -106,7 +103,7 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -
         min_us=stats.min_s * 1e6, max_us=stats.max_s * 1e6, cv=stats.cv,
         reduce_op=opts.reduce_op if op.reduces else None,
         root=opts.root if op.rooted else None,
-        scope=team.scope, team=team.name, nodes=team.nodes,
+        scope=team.scope, team=team.name, nodes=team.nodes, timing=mode,
     )
 
 
@@ -121,7 +118,13 @@ def sweep(worker: Worker, opts: CommOptions, sizes: list[int], team: Team,
         faults.at_step(worker.rank, i)
         if worker.is_main and sys.stderr.isatty():
             print(f"\r[{i}/{len(plan)}] {where} ...", end="", file=sys.stderr, flush=True)
-        row = measure(op, worker, opts, count, team)
+        try:
+            row = measure(op, worker, opts, count, team)
+        except (torch.OutOfMemoryError, RuntimeError) as e:
+            if not is_out_of_memory(e):
+                raise
+            raise UsageError(f"{where}: out of memory on {worker.device} (the buffers, the timing or the check); "
+                             "lower --max-bytes") from None
         if worker.is_main and sys.stderr.isatty():
             print("\r\033[K", end="", file=sys.stderr, flush=True)
         yield op, row
@@ -148,7 +151,7 @@ class _Printer:
     def add(self, row: CommRow) -> None:
         if not self.rows or (self.rows[-1].op, self.rows[-1].team) != (row.op, row.team):
             self.close()
-            self.rank.say(table.header(row.op, self.opts.unit, _team_label(row)))
+            self.rank.say(table.header(row.op, self.opts.unit, _team_label(row), row.timing))
         self.rows.append(row)
         self.rank.say(table.line(row, self.opts.unit, self.opts.check))
 
@@ -183,12 +186,14 @@ def run_comm(rank: Rank, opts: CommOptions) -> None:
              f"backend {worker.backend}, device {rank.env.devices[0]}, {opts.dtype}")
     printer = _Printer(rank, opts)
     for scope in options.scope_names(opts):
-        phases, why_not = scopes.plan(scope, list(worker.members))
+        phases, why_not = (scopes.algo_phases(list(worker.members), opts.nccl_algos), None) if scope == "algo" \
+            else scopes.plan(scope, list(worker.members))
         if why_not:
             rank.say(f"# {scope}: skipped: {why_not}")
         _check_root(opts, phases)
         for phase in scopes.with_groups(phases):
-            _run_phase(rank, opts, sizes, phase, printer)
+            with scopes.nccl_algo(phase.teams[0].nccl_algo):  # and for a communicator set up on first use
+                _run_phase(rank, opts, sizes, phase, printer)
         printer.close()
         if folder is not None:
             _scope_summary(rank, opts, scope, sum(len(p.teams) for p in phases))

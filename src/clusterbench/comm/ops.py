@@ -16,7 +16,7 @@ from enum import Enum
 import torch
 import torch.distributed as dist
 
-from clusterbench.comm.values import Values
+from clusterbench.comm.values import Expect, Values
 
 Buffers = dict[str, torch.Tensor]
 
@@ -67,12 +67,27 @@ class Ctx:
     def input(self, rank: int, count: int, offset: int = 0) -> torch.Tensor:
         return self.values.make(rank, count, offset)
 
-    def gathered(self, owner: Callable[[int], int], offset: Callable[[int], int]) -> torch.Tensor:
-        """Expected concatenation of n chunks: chunk j is owner(j)'s pattern at offset(j)."""
-        return torch.cat([self.values.pattern(owner(j), self.chunk, offset(j)) for j in range(self.n)])
+    def copy_of(self, rank: int, offset: int = 0) -> Expect:
+        """Expect rank's pattern, from element `offset` of it on."""
+        return lambda a, b: self.values.pattern(rank, b - a, offset + a)
 
-    def reduced(self, count: int, offset: int = 0) -> torch.Tensor:
-        return self.values.reduced(self.n, count, offset)
+    def reduced(self, offset: int = 0) -> Expect:
+        """Expect every rank's pattern reduced, from element `offset` on."""
+        return lambda a, b: self.values.reduced(b - a, offset + a)
+
+    def pieces(self, size: int, piece: Callable[[int], tuple[int, int]]) -> Expect:
+        """Expect a concatenation of `size`-element pieces: piece j is rank owner's pattern from
+        element offset on, where piece(j) = (owner, offset)."""
+        def want(a: int, b: int) -> torch.Tensor:
+            parts = []
+            while a < b:
+                j, within = divmod(a, size)
+                end = min(b, (j + 1) * size)
+                owner, offset = piece(j)
+                parts.append(self.values.pattern(owner, end - a, offset + within))
+                a = end
+            return torch.cat(parts)
+        return want
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,7 @@ class Op:
     reduces: bool
     buffers: Callable[[Ctx], Buffers]
     run: Callable[[Ctx, Buffers], None]
-    expected: Callable[[Ctx], torch.Tensor | None]  # of buffers["out"]; None: nothing to check here
+    expected: Callable[[Ctx], Expect | None]  # what buffers["out"] must hold; None: nothing to check here
     active: Callable[[int, int], bool] = lambda rank, n: True
     min_ranks: int = 1
     bidirectional: bool = False
@@ -160,10 +175,13 @@ def _pt2pt_buffers(c: Ctx, bidirectional: bool) -> Buffers:
 
 
 def _exchange(c: Ctx, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
-    """Post every send and receive (team ranks) at once, then wait for all."""
-    works = [dist.isend(t, c.gl(peer), group=c.group) for t, peer in sends]
-    works += [dist.irecv(t, c.gl(peer), group=c.group) for t, peer in recvs]
-    for w in works:
+    """Post every send and receive (team ranks) as one batch, then wait for all. One batch, as
+    nccl-tests' sendrecv does: NCCL may hold a send until the matching receive is posted, so a
+    rank that sends before it receives deadlocks with a peer doing the same once the message
+    outgrows NCCL's buffers."""
+    ops = [dist.P2POp(dist.isend, t, c.gl(peer), c.group) for t, peer in sends]
+    ops += [dist.P2POp(dist.irecv, t, c.gl(peer), c.group) for t, peer in recvs]
+    for w in dist.batch_isend_irecv(ops) if ops else []:  # a rank without a peer sits this one out
         w.wait()
 
 
@@ -181,7 +199,7 @@ def _pt2pt(name: str, bidirectional: bool) -> Op:
         reduces=False,
         buffers=lambda c: _pt2pt_buffers(c, bidirectional),
         run=_pt2pt_run,
-        expected=lambda c: c.values.pattern(c.peer, c.count) if "out" in _pt2pt_roles(c, bidirectional) else None,
+        expected=lambda c: c.copy_of(c.peer) if "out" in _pt2pt_roles(c, bidirectional) else None,
         active=lambda rank, n: (rank ^ 1) < n,
         min_ranks=2,
         bidirectional=bidirectional,
@@ -202,10 +220,11 @@ def _incast_run(c: Ctx, b: Buffers) -> None:
     _exchange(c, [], list(zip(b["out"].split(c.count), senders)))
 
 
-def _incast_expected(c: Ctx) -> torch.Tensor | None:
+def _incast_expected(c: Ctx) -> Expect | None:
     if c.rank != c.root:
         return None
-    return torch.cat([c.values.pattern(r, c.count) for r in range(c.n) if r != c.root])
+    senders = [r for r in range(c.n) if r != c.root]
+    return c.pieces(c.count, lambda j: (senders[j], 0))
 
 
 OPS: dict[str, Op] = {
@@ -215,31 +234,31 @@ OPS: dict[str, Op] = {
             "all_reduce", lambda n: 2 * (n - 1) / n, False, InPlace.ALWAYS, True,
             buffers=lambda c: {"out": c.input(c.rank, c.count)},
             run=lambda c, b: dist.all_reduce(b["out"], op=c.torch_op, group=c.group),
-            expected=lambda c: c.reduced(c.count),
+            expected=lambda c: c.reduced(),
         ),
         Op(
             "all_gather", _ring, True, InPlace.OPTIONAL, False,
             buffers=_all_gather_buffers,
             run=lambda c, b: _all_gather(b["out"], b["in"], group=c.group),
-            expected=lambda c: c.gathered(lambda j: j, lambda j: j * c.chunk),
+            expected=lambda c: c.pieces(c.chunk, lambda j: (j, j * c.chunk)),
         ),
         Op(
             "reduce_scatter", _ring, True, InPlace.OPTIONAL, True,
             buffers=_reduce_scatter_buffers,
             run=lambda c, b: _reduce_scatter(b["out"], b["in"], op=c.torch_op, group=c.group),
-            expected=lambda c: c.reduced(c.chunk, c.rank * c.chunk),
+            expected=lambda c: c.reduced(c.rank * c.chunk),
         ),
         Op(
             "all_to_all", _ring, True, InPlace.NEVER, False,
             buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
             run=lambda c, b: dist.all_to_all_single(b["out"], b["in"], group=c.group),
-            expected=lambda c: c.gathered(lambda j: j, lambda j: c.rank * c.chunk),
+            expected=lambda c: c.pieces(c.chunk, lambda j: (j, c.rank * c.chunk)),
         ),
         Op(
             "broadcast", lambda n: 1.0, False, InPlace.ALWAYS, False,
             buffers=lambda c: {"out": c.input(c.rank, c.count)},
             run=lambda c, b: dist.broadcast(b["out"], src=c.gl(c.root), group=c.group),
-            expected=lambda c: c.values.pattern(c.root, c.count),
+            expected=lambda c: c.copy_of(c.root),
             rooted=True,
         ),
         Op(
@@ -247,7 +266,7 @@ OPS: dict[str, Op] = {
             buffers=lambda c: {"out": c.input(c.rank, c.count)},
             run=lambda c, b: dist.reduce(b["out"], dst=c.gl(c.root), op=c.torch_op, group=c.group),
             # Only the root's buffer is defined after a reduce.
-            expected=lambda c: c.reduced(c.count) if c.rank == c.root else None,
+            expected=lambda c: c.reduced() if c.rank == c.root else None,
             rooted=True,
         ),
         Op(
@@ -256,7 +275,7 @@ OPS: dict[str, Op] = {
             run=lambda c, b: dist.gather(
                 b["in"], list(b["out"].split(c.chunk)) if "out" in b else None, dst=c.gl(c.root), group=c.group
             ),
-            expected=lambda c: c.gathered(lambda j: j, lambda j: j * c.chunk) if c.rank == c.root else None,
+            expected=lambda c: c.pieces(c.chunk, lambda j: (j, j * c.chunk)) if c.rank == c.root else None,
             rooted=True,
         ),
         Op(
@@ -265,7 +284,7 @@ OPS: dict[str, Op] = {
             run=lambda c, b: dist.scatter(
                 b["out"], list(b["in"].split(c.chunk)) if "in" in b else None, src=c.gl(c.root), group=c.group
             ),
-            expected=lambda c: c.values.pattern(c.root, c.chunk, c.rank * c.chunk),
+            expected=lambda c: c.copy_of(c.root, c.rank * c.chunk),
             rooted=True,
         ),
         _pt2pt("pt2pt", bidirectional=False),
@@ -276,7 +295,7 @@ OPS: dict[str, Op] = {
             "sendrecv", lambda n: 1.0, False, InPlace.NEVER, False,
             buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
             run=lambda c, b: _exchange(c, [(b["in"], (c.rank + 1) % c.n)], [(b["out"], (c.rank - 1) % c.n)]),
-            expected=lambda c: c.values.pattern((c.rank - 1) % c.n, c.count),
+            expected=lambda c: c.copy_of((c.rank - 1) % c.n),
             min_ranks=2,
         ),
         # --pattern incast: every rank sends Size bytes to the root at once (the congestion case);

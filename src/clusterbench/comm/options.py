@@ -14,10 +14,10 @@ from typing import Any
 
 from clusterbench import args as argtypes
 from clusterbench.comm.ops import ALL_OPS, OPS, REDUCE_OPS
-from clusterbench.comm.scopes import SCOPES
+from clusterbench.comm.scopes import NCCL_ALGOS, SCOPES
 from clusterbench.comm.sizes import sweep
-from clusterbench.comm.timing import RANK_TIME
-from clusterbench.comm.values import DTYPE_ALIASES, DTYPES, dtype_named
+from clusterbench.comm.timing import RANK_TIME, TIMINGS
+from clusterbench.comm.values import DTYPE_ALIASES, DTYPES, SCRATCH_BYTES
 from clusterbench.errors import UsageError
 from clusterbench.hw.host import meminfo_bytes
 from clusterbench.results.schema import CommOptions
@@ -33,6 +33,15 @@ def ops_list(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(
             f"unknown op {', '.join(unknown) or text!r}: choose from {', '.join(ALL_OPS)} or all")
     return tuple(dict.fromkeys(names))
+
+
+def nccl_algos(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    unknown = [n for n in names if n not in NCCL_ALGOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown NCCL algorithm {', '.join(unknown) or text!r}: "
+                                         f"choose from {', '.join(NCCL_ALGOS)}")
+    return names
 
 
 def dtype_name(text: str) -> str:
@@ -61,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-budget", dest="time_budget_s", type=argtypes.real(0.0),
                    help="--iters auto: seconds of timed iterations per size at most (default 0.25)")
     p.add_argument("--rank-time", choices=RANK_TIME, help="how per-rank times combine (default max: the slowest)")
+    p.add_argument("--timing", choices=TIMINGS,
+                   help="stamps: a clock read per call (p50/p99 per call); loop: one around a batch (nccl-tests' "
+                        "default); graph: the batch as a CUDA graph (GPU, NCCL). Default: loop on GPU, stamps on CPU")
     p.add_argument("--check", action=argparse.BooleanOptionalAction,
                    help="verify every output element after timing (default on)")
     p.add_argument("--unit", choices=tuple(BANDWIDTH_UNITS), help="bandwidth unit (default Gbps)")
@@ -75,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pairwise: flag a pair, rank or node below this fraction of its class's median (default 0.8)")
     g.add_argument("--nodes-only", dest="nodes_only", action="store_true",
                    help="pairwise: one rank per node, for large fleets")
+    g.add_argument("--nccl-algo", dest="nccl_algos", type=nccl_algos,
+                   help=f"NCCL: sweep once per algorithm, side by side ({', '.join(NCCL_ALGOS)}; comma-separated)")
 
 
 # The patterns that are one op of the sweep.
@@ -97,7 +111,9 @@ def build(given: dict[str, Any], defaults: dict[str, Any] | None = None) -> Comm
 
 
 def scope_names(opts: CommOptions) -> tuple[str, ...]:
-    return SCOPES if opts.scope == "all" else (opts.scope,)
+    """The scopes to run in turn; --nccl-algo puts the algorithms side by side in place of the global sweep."""
+    names = SCOPES if opts.scope == "all" else (opts.scope,)
+    return tuple("algo" if n == "global" and opts.nccl_algos else n for n in names)
 
 
 def op_names(opts: CommOptions) -> list[str]:
@@ -116,8 +132,20 @@ def fits_device_memory(opts: CommOptions, device_type: str) -> bool:
     return opts.max_bytes is None and device_type == "cuda"
 
 
-def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: int | None) -> None:
+def timing(opts: CommOptions, device_type: str) -> str:
+    """The timing mode: the user's, else loop on GPUs (a clock read per call costs a launch's worth
+    of time there) and stamps on CPUs (a perf_counter read is nothing next to a gloo call)."""
+    return opts.timing or ("loop" if device_type == "cuda" else "stamps")
+
+
+def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: int | None,
+             backend: str = "") -> None:
     """Refuse, before any rank starts, what cannot work at this world size or on this machine."""
+    if opts.nccl_algos and backend != "nccl":
+        raise UsageError(f"--nccl-algo chooses NCCL's algorithm; this run uses backend {backend or 'other'}")
+    if opts.timing == "graph" and (device_type != "cuda" or backend != "nccl"):
+        raise UsageError(f"--timing graph replays CUDA graphs of NCCL calls; this run is {backend or 'no'} "
+                         f"backend on {device_type}: use --timing loop or stamps")
     if not 0 <= opts.root < world_size:
         raise UsageError(f"--root {opts.root} is not a rank of this {world_size}-rank job")
     if opts.pattern == "pairwise" and world_size < 2:
@@ -127,15 +155,15 @@ def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: 
             raise UsageError(f"{name} needs at least {OPS[name].min_ranks} ranks; this job has {world_size}")
     top = max(sizes(opts, device_type))
     if local_ranks is not None:
-        check_memory(top, dtype_named(opts.dtype).itemsize, local_ranks, device_type)
+        check_memory(top, local_ranks, device_type)
 
 
-def check_memory(max_bytes: int, dtype_bytes: int, local_ranks: int, device_type: str) -> None:
+def check_memory(max_bytes: int, local_ranks: int, device_type: str) -> None:
     """Refuse a sweep that cannot fit in host memory before spawning anything."""
     if device_type != "cpu":
         return
-    # Buffers in and out, the expected result, and the int64 index used to build check values.
-    need = local_ranks * max_bytes * (3 + 8 / dtype_bytes)
+    # Buffers in and out and the check's output, plus the check's bounded scratch.
+    need = local_ranks * (max_bytes * 3 + SCRATCH_BYTES)
     avail = meminfo_bytes(key="MemAvailable")
     if avail and need > avail:
         raise UsageError(f"--max-bytes {human_bytes(max_bytes)} on {local_ranks} ranks needs about "

@@ -78,7 +78,7 @@ class _Link:
             synchronize(self.device)
             stamps.append(time.perf_counter())
         seconds = statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
-        return seconds, self.values.mismatches(buf, self.values.pattern(src, self.count))
+        return seconds, self.values.mismatches(buf, lambda a, b: self.values.pattern(src, b - a, a))
 
     def ping(self, first: bool, count: int, iters: int) -> float:
         """Round trips of a small message, started by `first`: half a round trip, in seconds, on both sides."""

@@ -5,12 +5,16 @@ intra   each node's ranks among themselves, every node at once: what the links i
         give, one row set per node, and the worst node named.
 inter   one rank per node, the same local rank on each ("rail k"), one rail at a time: what the
         network alone gives, and, on nodes with a NIC per GPU, each rail on its own.
+algo    (--nccl-algo) the whole job once per NCCL algorithm, side by side.
 
 A phase is the teams that run at the same time; the phases of a scope run one after another.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +24,8 @@ from clusterbench.rendezvous import Member
 
 SCOPES = ("global", "intra", "inter")
 WHOLE_JOB = "all"
+# NCCL_ALGO values (NCCL reads the variable when it sets up each communicator).
+NCCL_ALGOS = ("ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,7 @@ class Team:
     ranks: tuple[int, ...]  # global ranks, ascending: the order torch gives a group's ranks
     nodes: int  # how many nodes the team spans
     group: Any = None  # its process group; None: the whole job
+    nccl_algo: str | None = None  # the NCCL_ALGO its communicator is set up with (scope "algo")
 
     def rank_of(self, rank: int) -> int | None:
         return self.ranks.index(rank) if rank in self.ranks else None
@@ -53,6 +60,13 @@ def node_order(members: list[Member]) -> dict[str, list[int]]:
 
 def whole_job(members: list[Member]) -> Team:
     return Team("global", WHOLE_JOB, tuple(range(len(members))), len(node_order(members)))
+
+
+def algo_phases(members: list[Member], algos: tuple[str, ...]) -> list[Phase]:
+    """--nccl-algo: the whole job once per NCCL algorithm, each in a group of its own, since NCCL
+    picks up NCCL_ALGO when it sets up a communicator, not per call."""
+    whole = whole_job(members)
+    return [Phase("algo", (replace(whole, scope="algo", name=f"NCCL_ALGO={a}", nccl_algo=a),)) for a in algos]
 
 
 def plan(scope: str, members: list[Member]) -> tuple[list[Phase], str | None]:
@@ -81,6 +95,28 @@ def with_groups(phases: list[Phase]) -> list[Phase]:
     """Make each team's process group. Every rank calls this with the same phases, in the same
     order, because creating a group is a collective over the whole job."""
     return [replace(phase, teams=tuple(team if team.name == WHOLE_JOB else
-                                       replace(team, group=dist.new_group(list(team.ranks)))
+                                       replace(team, group=_new_group(team))
                                        for team in phase.teams))
             for phase in phases]
+
+
+def _new_group(team: Team) -> Any:
+    with nccl_algo(team.nccl_algo):  # a communicator set up now (eagerly) sees its algorithm
+        return dist.new_group(list(team.ranks))
+
+
+@contextmanager
+def nccl_algo(algo: str | None) -> Iterator[None]:
+    """NCCL_ALGO set to `algo` for a while (nothing when None), then as it was."""
+    if algo is None:
+        yield
+        return
+    before = os.environ.get("NCCL_ALGO")
+    os.environ["NCCL_ALGO"] = algo
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("NCCL_ALGO", None)
+        else:
+            os.environ["NCCL_ALGO"] = before

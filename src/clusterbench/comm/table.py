@@ -15,10 +15,11 @@ def _fmt(cells: tuple) -> str:
     ).rstrip()
 
 
-def header(op: str, unit: str, team: str = "") -> str:
+def header(op: str, unit: str, team: str = "", timing: str = "stamps") -> str:
     label = BANDWIDTH_UNITS[unit][0]
     cols = ("Size (Bytes)", "Description", "Duration", f"Throughput ({label})", f"BusBW ({label})", "#wrong")
-    return f"# {op}{f' ({team})' if team else ''}\n{_fmt(cols)}"
+    where = f", {team}" if team else ""
+    return f"# {op} (timing: {timing}{where})\n{_fmt(cols)}"
 
 
 def line(row: CommRow, unit: str, checked: bool) -> str:
@@ -41,7 +42,7 @@ def summary(op: str, rows: list[CommRow], unit: str, checked: bool) -> str:
 def worst_team(scope: str, rows: list[CommRow], unit: str) -> str:
     """Per op, the team (node or rail) with the lowest busbw at its largest size."""
     label, scale = BANDWIDTH_UNITS[unit]
-    noun = "node" if scope == "intra" else "rail"
+    noun = {"intra": "node", "inter": "rail", "algo": "algorithm"}[scope]
     lines = []
     for op in dict.fromkeys(r.op for r in rows):
         w = teams.worst([r for r in rows if r.op == op])

@@ -1,10 +1,15 @@
 """Warm-up, timed iterations, the cross-rank reduction of times, and their statistics.
 
-Each iteration is stamped with one clock read (perf_counter on CPU, a CUDA event on GPU)
-between consecutive calls, so the timed loop is the bare loop plus one timestamp. Samples
-are reduced across ranks element-wise after the loop (max by default: an iteration lasts
-as long as its slowest rank), so every rank holds the same samples and makes the same
-decision about stopping without another collective.
+Three ways to time (--timing, docs/methodology.md §1):
+  stamps  each iteration stamped with one clock read (perf_counter on CPU, a CUDA event on GPU)
+          between consecutive calls: one sample per iteration, so p50/p99/CV describe iterations
+          (nccl-tests' -I).
+  loop    one clock read (or event pair) around a batch of back-to-back calls: one sample per
+          batch, the mean per call; nothing between calls (nccl-tests' default).
+  graph   the batch captured once in a CUDA graph and replayed: no launch cost (nccl-tests' -G).
+Samples are reduced across ranks element-wise (max by default: an iteration lasts as long as its
+slowest rank), so every rank holds the same samples and makes the same decision about stopping
+without another collective.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import torch
 import torch.distributed as dist
 
 RANK_TIME = ("max", "avg", "min")
+TIMINGS = ("stamps", "loop", "graph")
 MIN_ITERS = 3  # fewer cannot give a spread
 MIN_AUTO_ITERS = 5
 MAX_AUTO_ITERS = 100_000
 MAX_BATCH = 1000
-CI_REL = 0.02  # --iters auto: stop when the 95% confidence interval of the mean is within 2%
+CI_REL = 0.02  # --iters auto: stop when the 95% confidence interval of the median is within 2%
 
 
 @dataclass(frozen=True)
@@ -36,12 +42,12 @@ class Stats:
     cv: float
 
 
-def summarize(samples: list[float]) -> Stats:
+def summarize(samples: list[float], calls: int | None = None) -> Stats:
     xs = sorted(samples)
     mean = sum(xs) / len(xs)
     var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
     return Stats(
-        iters=len(xs),
+        iters=calls or len(xs),
         mean_s=mean,
         p50_s=_quantile(xs, 0.50),
         p99_s=_quantile(xs, 0.99),
@@ -59,8 +65,14 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 def converged(samples: list[float]) -> bool:
-    s = summarize(samples)
-    return 1.96 * s.cv / math.sqrt(s.iters) <= CI_REL
+    """Whether the 95% confidence interval of the median is within ±2% of it. Distribution-free
+    (order statistics n/2 ± 1.96·√n/2), so a heavy tail of late wake-ups, which keeps the mean's
+    interval wide however long one waits, does not hold a latency-bound size to its whole budget."""
+    xs = sorted(samples)
+    n = len(xs)
+    half = 1.96 * math.sqrt(n) / 2
+    lo, hi = xs[max(0, math.floor(n / 2 - half))], xs[min(n - 1, math.ceil(n / 2 + half))]
+    return (hi - lo) / 2 <= CI_REL * _quantile(xs, 0.5)
 
 
 def stamp_loop(run: Callable[[], None], iters: int, device: torch.device) -> list[float]:
@@ -103,6 +115,49 @@ class RankReducer:
         return t.tolist()
 
 
+def batch_loop(run: Callable[[], None], iters: int, device: torch.device) -> list[float]:
+    """The mean seconds per call of `iters` back-to-back calls, timed as one batch."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            run()
+        end.record()
+        end.synchronize()
+        return [start.elapsed_time(end) / 1e3 / iters]
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        run()
+    return [(time.perf_counter() - t0) / iters]
+
+
+class GraphLoop:
+    """Batches of calls captured in CUDA graphs (one per batch length) and replayed."""
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self.run = run
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+
+    def __call__(self, run: Callable[[], None], iters: int, device: torch.device) -> list[float]:
+        graph = self.graphs.get(iters) or self._capture(iters)
+        return [batch_loop(graph.replay, 1, device)[0] / iters]
+
+    def _capture(self, iters: int) -> torch.cuda.CUDAGraph:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(iters):
+                self.run()
+        self.graphs[iters] = graph
+        return graph
+
+
+Sampler = Callable[[Callable[[], None], int, torch.device], list[float]]
+
+
+def sampler(mode: str, run: Callable[[], None]) -> Sampler:
+    return {"stamps": stamp_loop, "loop": batch_loop}.get(mode) or GraphLoop(run)
+
+
 def time_op(
     run: Callable[[], None],
     device: torch.device,
@@ -110,23 +165,40 @@ def time_op(
     iters: int | None,
     warmup: int,
     budget_s: float,
+    mode: str = "stamps",
 ) -> Stats:
-    """Warm up, then time `iters` iterations, or (iters None) until the mean is stable or the budget is spent."""
+    """Warm up, then time `iters` calls, or (iters None) until the estimate is stable or the budget
+    is spent. Stats.iters counts calls; the statistics are over samples (calls for stamps, batches
+    for loop and graph)."""
+    take = sampler(mode, run)
     first = reduce(stamp_loop(run, 1, device))[0]
     per_iter = max(first, 1e-7)
     extra_warmup = warmup - 1 if iters else min(warmup - 1, int(0.2 * budget_s / per_iter))
     if extra_warmup > 0:
         stamp_loop(run, extra_warmup, device)
     if iters:
-        return summarize(reduce(stamp_loop(run, iters, device)))
-    batch = max(1, min(MAX_BATCH, int(0.1 * budget_s / per_iter)))
+        batches = 1 if mode == "stamps" else min(iters, MIN_AUTO_ITERS)
+        per_batch = iters // batches
+        samples = [x for _ in range(batches) for x in reduce(take(run, per_batch, device))]
+        return summarize(samples, calls=batches * per_batch)
+    # A first call can be several times faster than the rest (a warm cache, a quiet moment): keep the
+    # first batch to a twentieth of the budget, then size batches by what the calls really took.
+    batch = max(1, min(MAX_BATCH, int(0.05 * budget_s / per_iter)))
+    if mode != "stamps":
+        batch = max(1, batch // MIN_AUTO_ITERS)  # a batch is one sample: leave room for several
     samples: list[float] = []
+    calls, spent = 0, 0.0
     while True:
-        samples += reduce(stamp_loop(run, batch, device))
+        got = reduce(take(run, batch, device))
+        samples += got
+        calls += batch
+        spent += sum(got) * (batch if mode != "stamps" else 1)
         if len(samples) >= MIN_AUTO_ITERS and converged(samples):
             break
-        if (sum(samples) >= budget_s and len(samples) >= MIN_ITERS) or len(samples) >= MAX_AUTO_ITERS:
+        if (spent >= budget_s and len(samples) >= MIN_ITERS) or calls >= MAX_AUTO_ITERS:
             break
-        remaining = budget_s - sum(samples)
-        batch = max(1, min(MAX_BATCH, int(remaining / (sum(samples) / len(samples)))))
-    return summarize(samples)
+        if mode == "stamps":
+            # At most doubling the calls so far: the stalls of a busy host show up only after a few
+            # hundred calls, and a mean taken before them would overrun the budget several times.
+            batch = max(1, min(MAX_BATCH, calls, int((budget_s - spent) / (spent / calls))))
+    return summarize(samples, calls=calls)

@@ -1,12 +1,18 @@
-"""Buffer contents: zeros while timing, exact rank- and index-dependent values for the check.
+"""Buffer contents: zeros while timing, exact rank- and index-dependent values for the check
+(docs/methodology.md §1, Correctness).
 
-The check values are small integers chosen per dtype so that every reduction over n ranks
-is exactly representable (bfloat16 holds integers up to 256 exactly, float16 up to 2048),
-which lets the check demand bit-exact results instead of a tolerance.
+Reductions: element i gets a non-zero value from the 1 + (i mod K) consecutive ranks starting
+at rank i mod n (K = min(n, 8)), and nothing from the others. Every rank is checked on its own
+share of the elements at any world size, results vary from element to element, and the exact
+sum stays at most K x top, within what the dtype holds exactly (bfloat16: integers up to 256;
+int8: 127). Data movement uses every value the dtype holds, offset per rank. Every tensor here
+is built in chunks of CHUNK elements, so the check needs a bounded scratch, not int64 copies of
+the whole buffer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +36,11 @@ _EXACT = {
     torch.int8: 127, torch.uint8: 255, torch.int32: 2**31 - 1, torch.int64: 2**63 - 1,
 }
 _MODULUS = 251  # prime, so chunk offsets and rank strides do not line up
+WINDOW = 8  # ranks contributing to each element of a reduction
+CHUNK = 1 << 20  # elements built at a time: each int64 temporary of a chunk is 8 MiB
+SCRATCH_BYTES = 12 * 8 * CHUNK  # the most the temporaries of one chunk take at once (measured: ~95 MiB)
+
+Expect = Callable[[int, int], torch.Tensor]  # elements start..stop of what a buffer must hold
 
 
 def dtype_named(name: str) -> torch.dtype:
@@ -45,52 +56,100 @@ class Values:
     zeros: bool  # timing buffers: zeros keep repeated in-place reductions free of overflow
 
     @property
-    def modulus(self) -> int:
-        limit = _EXACT[self.dtype]
-        if self.reduce_op in ("sum", "avg"):
-            return max(1, min(_MODULUS, limit // self.n))
-        return min(_MODULUS, limit + 1)
+    def window(self) -> int:
+        return min(self.n, WINDOW)
+
+    @property
+    def top(self) -> int:
+        """The largest check value: a window of them must still sum exactly, and for a float avg a
+        missing contribution of 1 (1/n of the mean) must stay above the rounding avg_tolerance allows:
+        K x top x (K + 2) x eps / 2 < 1, kept with a margin of two."""
+        if self.reduce_op not in ("sum", "avg"):
+            return min(_MODULUS - 1, _EXACT[self.dtype] - 1)
+        top = min(_MODULUS - 1, _EXACT[self.dtype] // self.window)
+        if self.reduce_op == "avg" and self.dtype.is_floating_point:
+            k = self.window
+            top = min(top, int(1 / (k * (k + 2) * torch.finfo(self.dtype).eps)))
+        return max(1, top)
+
+    def _index(self, start: int, stop: int) -> torch.Tensor:
+        return torch.arange(start, stop, device=self.device, dtype=torch.int64)
+
+    def _raw(self, rank: int, idx: torch.Tensor) -> torch.Tensor:
+        """Rank's value at the elements `idx` (int64)."""
+        if self.reduce_op is None:
+            return (idx * 13 + rank * 101) % (self.top + 1)
+        if self.reduce_op == "prod":
+            # One rank doubles each element, so the product is 1 or 2 and never overflows.
+            return 1 + (idx % (self.n + 1) == rank).to(torch.int64)
+        active = (rank - idx) % self.n < self._span(idx)
+        value = 1 + (idx * 13 + rank * 101) % self.top
+        idle = self.top + 1 if self.reduce_op == "min" else 0  # never the min, never adds to a sum or max
+        return torch.where(active, value, torch.full_like(value, idle))
 
     def pattern(self, rank: int, count: int, offset: int = 0) -> torch.Tensor:
-        """The check value of elements offset..offset+count of rank's buffer."""
-        idx = torch.arange(offset, offset + count, device=self.device, dtype=torch.int64)
-        if self.reduce_op == "prod":
-            # One rank doubles each element, so the product is 1 or 2: never overflows.
-            return (1 + (idx % (self.n + 1) == rank).to(torch.int64)).to(self.dtype)
-        return ((idx * 13 + rank * 101) % self.modulus).to(self.dtype)
+        """The check values of elements offset..offset+count of rank's buffer."""
+        return self._built(count, lambda a, b: self._raw(rank, self._index(offset + a, offset + b)))
 
     def make(self, rank: int, count: int, offset: int = 0) -> torch.Tensor:
         if self.zeros:
             return torch.zeros(count, dtype=self.dtype, device=self.device)
         return self.pattern(rank, count, offset)
 
-    def reduced(self, n: int, count: int, offset: int = 0) -> torch.Tensor:
-        """What reducing every rank's pattern gives, built one rank at a time to bound memory."""
-        op = self.reduce_op or "sum"
-        acc = self.pattern(0, count, offset)
-        if op == "avg":
-            acc = acc.to(torch.float64)
-        for r in range(1, n):
-            x = self.pattern(r, count, offset).to(acc.dtype)
-            if op in ("sum", "avg"):
-                acc += x
-            elif op == "prod":
-                acc *= x
-            elif op == "max":
-                torch.maximum(acc, x, out=acc)
-            else:
-                torch.minimum(acc, x, out=acc)
-        return acc / n if op == "avg" else acc
+    def reduced(self, count: int, offset: int = 0) -> torch.Tensor:
+        """What reducing every rank's pattern gives at elements offset..offset+count."""
+        return self._built(count, lambda a, b: self._reduced(self._index(offset + a, offset + b)),
+                           torch.float64 if self.reduce_op == "avg" else self.dtype)
 
-    def mismatches(self, got: torch.Tensor, want: torch.Tensor) -> int:
+    def _reduced(self, idx: torch.Tensor) -> torch.Tensor:
+        op = self.reduce_op or "sum"
+        if op == "prod":
+            return 1 + (idx % (self.n + 1) < self.n).to(torch.int64)
+        # Only the window's ranks give anything, so only they are combined: O(K), not O(n), per element.
+        combine = {"max": torch.maximum, "min": torch.minimum}.get(op, torch.add)
+        span = self._span(idx)
+        acc = self._raw_window(idx, 0)
+        for j in range(1, self.window):
+            value = self._raw_window(idx, j)
+            acc = torch.where(j < span, combine(acc, value), acc)
+        return acc.to(torch.float64) / self.n if op == "avg" else acc
+
+    def _span(self, idx: torch.Tensor) -> torch.Tensor:
+        """How many ranks give element i a value: 1 + i mod K, so results differ between elements."""
+        return 1 + idx % self.window
+
+    def _raw_window(self, idx: torch.Tensor, j: int) -> torch.Tensor:
+        """The value of the j-th rank of each element's window: rank (i + j) mod n."""
+        return 1 + (idx * 13 + ((idx + j) % self.n) * 101) % self.top
+
+    def _built(self, count: int, piece: Callable[[int, int], torch.Tensor],
+               dtype: torch.dtype | None = None) -> torch.Tensor:
+        out = torch.empty(count, dtype=dtype or self.dtype, device=self.device)
+        for a in range(0, count, CHUNK):
+            b = min(count, a + CHUNK)
+            out[a:b] = piece(a, b)
+        return out
+
+    def mismatches(self, got: torch.Tensor, want: Expect) -> int:
+        """Wrong elements of `got`, compared chunk by chunk against want(start, stop)."""
+        wrong = 0
+        for a in range(0, got.numel(), CHUNK):
+            b = min(got.numel(), a + CHUNK)
+            wrong += self._wrong(got[a:b], want(a, b))
+        return wrong
+
+    def _wrong(self, got: torch.Tensor, want: torch.Tensor) -> int:
         if self.reduce_op != "avg":
             return int((got != want).sum().item())
-        # Backends divide by n in their own order (NCCL pre-scales by 1/n): allow rounding.
         exact = want.to(torch.float64)
-        tol = exact.abs() * 4 * _eps(self.dtype) + (0.0 if self.dtype.is_floating_point else 1.0)
-        close = (got.to(torch.float64) - exact).abs() <= tol  # NaN compares False: counted wrong
+        close = (got.to(torch.float64) - exact).abs() <= self.avg_tolerance(exact)  # NaN is never close
         return int((~close).sum().item())
 
-
-def _eps(dtype: torch.dtype) -> float:
-    return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    def avg_tolerance(self, exact: torch.Tensor) -> torch.Tensor:
+        """How far a correct avg may be from the exact mean. Integers truncate (1). Floats: each of
+        the window's terms is scaled by 1/n (itself rounded) and the terms are added in the backend's
+        order; every step rounds by at most half an ulp of a value no larger than the mean, so
+        (window + 2) half-ulps of the mean bound the error in any order."""
+        if not self.dtype.is_floating_point:
+            return torch.ones_like(exact)
+        return exact.abs() * (self.window + 2) * torch.finfo(self.dtype).eps / 2

@@ -16,7 +16,7 @@ from clusterbench.results.schema import CommOptions, Run
 def prepare(args: argparse.Namespace, plan: Plan) -> CommOptions:
     opts = options.build(argtypes.given(args, CommOptions))
     local_ranks = None if plan.joined else plan.world_size
-    options.validate(opts, plan.world_size, plan.device_type, local_ranks)
+    options.validate(opts, plan.world_size, plan.device_type, local_ranks, plan.dist.backend)
     return opts
 
 

@@ -114,7 +114,8 @@ def prepare(args: argparse.Namespace, plan: Plan) -> RunPlan:
     if "comm" not in opts.skip:
         given = stage_options(comm_options.add_arguments, CommOptions, opts.comm_args, "--comm-args")
         comm = comm_options.build(given, COMM_QUICK if opts.quick else COMM_DEFAULTS["cuda" if cuda else "cpu"])
-        comm_options.validate(comm, plan.world_size, plan.device_type, None if plan.joined else plan.world_size)
+        comm_options.validate(comm, plan.world_size, plan.device_type, None if plan.joined else plan.world_size,
+                              plan.dist.backend)
         stages.append(Stage("comm", run_comm, comm))
     train = None
     if "train" not in opts.skip:

@@ -18,6 +18,7 @@ from dataclasses import replace
 import torch
 
 from clusterbench import limits
+from clusterbench.dist import is_out_of_memory
 from clusterbench.errors import UsageError
 from clusterbench.hw.host import meminfo_bytes
 from clusterbench.results.hardware import CopyPeak, DevicePeaks, MatmulPeak
@@ -58,7 +59,7 @@ def measure_matmul_tflops(
         out = torch.empty(n, n, device=dev, dtype=torch_dtype)
         iters, elapsed = _time_steps(lambda: torch.mm(a, b, out=out), dev, seconds)
     except (torch.OutOfMemoryError, RuntimeError) as e:
-        if not isinstance(e, torch.OutOfMemoryError) and "memory" not in str(e).lower():
+        if not is_out_of_memory(e):
             raise
         raise UsageError(f"matmul {n} x {n} {dtype}: out of memory on {dev}; lower --size") from None
     return MatmulPeak(device=str(dev), dtype=str(torch_dtype).removeprefix("torch."), n=n,

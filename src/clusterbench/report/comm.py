@@ -105,8 +105,9 @@ def _scope_block(scope: str, op: str, by_team: dict[str, list[CommRow]], unit: s
              pct(r.busbw_gbps / w.median_gbps) if w.median_gbps > 0 else "-",
              str(sum(x.wrong for x in by_team[r.team]))]
             for r in sorted(teams.tops(rows).values(), key=lambda r: r.busbw_gbps)]
-    what = "each node's ranks among themselves, all nodes at once" if scope == "intra" else \
-        "one rank per node (rail k: local rank k of every node), one rail at a time"
+    what = {"intra": "each node's ranks among themselves, all nodes at once",
+            "inter": "one rank per node (rail k: local rank k of every node), one rail at a time",
+            "algo": "the whole job once per NCCL algorithm (busbw equals the wire's rate only for Ring)"}[scope]
     text = (f"<p>{esc(scope)}: {what}. Each at its largest size, slowest first, against the median "
             f"{bandwidth(w.median_gbps, unit)} {esc(label)}:</p>"
             + table(["team", "size", "ranks", "nodes", f"BusBW ({label})", "of median", "#wrong"], body,

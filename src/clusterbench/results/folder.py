@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 import socket
 import time
 from dataclasses import fields
@@ -19,6 +20,7 @@ from clusterbench.results import codec, documents
 from clusterbench.results.schema import Env, Run
 
 TABLES = ("comm", "pairs", "train_steps")  # list sections of run.json that also get a <name>.csv
+NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
 
 
 def default_run_dir(command: str) -> Path:
@@ -35,6 +37,7 @@ def claim(path: Path, overwrite: bool) -> Path:
                              "or add --overwrite to replace it")
         for name in ("run.json", *(f"{t}.csv" for t in TABLES), "report.html"):
             (path / name).unlink(missing_ok=True)
+        shutil.rmtree(path / NCCL_LOGS, ignore_errors=True)
     return path
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from clusterbench import __version__
 from clusterbench.results.hardware import Hardware, Peaks
+from clusterbench.results.nccl import NcclFacts
 
 RUN_KIND = "clusterbench-run"
 SCHEMA_VERSION = 2
@@ -65,12 +66,14 @@ class CommOptions:
     warmup: int = 5
     time_budget_s: float = 0.25
     rank_time: str = "max"
+    timing: str | None = None  # stamps, loop or graph; None: loop on GPUs, stamps on CPUs
     check: bool = True
     unit: str = "Gbps"
     scope: str = "global"  # global, intra, inter or all (docs/methodology.md §8)
     pattern: str = "single"  # single (the sweep), ring, incast or pairwise
     flag_below: float = 0.8  # pairwise: flag what is below this fraction of its class's median
     nodes_only: bool = False  # pairwise: one rank per node
+    nccl_algos: tuple[str, ...] = ()  # sweep once per NCCL_ALGO (scope "algo") in place of the global sweep
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class CommRow:
     scope: str = "global"
     team: str = "all"  # the ranks measured together: all, a node's name, or "rail k"
     nodes: int = 1  # the nodes those ranks span
+    timing: str = "stamps"  # how it was timed: stamps (p50..cv over calls), loop or graph (over batches)
 
     @property
     def description(self) -> str:
@@ -236,6 +240,7 @@ class Run:
     comm_options: CommOptions | None = None
     comm: list[CommRow] = field(default_factory=list)
     pairs: list[PairRow] = field(default_factory=list)
+    nccl: NcclFacts | None = None  # what NCCL's own log says it found and chose (docs/methodology.md §9)
     train: Train | None = None
     train_steps: list[StepRow] = field(default_factory=list)
     expected: dict[str, float] = field(default_factory=dict)  # figures rules judge against, by metric

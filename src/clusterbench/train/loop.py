@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from clusterbench.dist import Worker, synchronize
+from clusterbench.dist import Worker, is_out_of_memory, synchronize
 from clusterbench.errors import UsageError
 from clusterbench.train.data import IGNORE, SFTTask
 
@@ -164,9 +164,7 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
 
 def out_of_memory(exc: BaseException, cfg: LoopConfig, seq_len: int) -> UsageError | None:
     """A UsageError naming the settings to lower when `exc` is an out-of-memory error."""
-    text = str(exc).lower()
-    if not (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text
-            or "can't allocate memory" in text):
+    if not is_out_of_memory(exc):
         return None
     hint = "" if cfg.activation_checkpointing else ", or add --activation-checkpointing"
     return UsageError(f"out of memory with --micro-batch {cfg.micro_batch} and --seq-len {seq_len}: "

@@ -1,0 +1,94 @@
+"""What NCCL's own log says about a run, in numbers rules can judge and lines people can read
+(docs/methodology.md §9).
+
+nccl.net.socket_with_rdma   1 when ranks on different nodes talk over TCP sockets while the host
+                            has active InfiniBand/RoCE ports (the classic misconfiguration)
+nccl.net.gdr                1 when every network link used GPUDirect RDMA, 0 when one did not
+nccl.p2p.shm_between_nvlink_gpus   links through host shared memory between GPUs of one host whose
+                            GPUs have NVLink (P2P disabled or unusable)
+nccl.nvls                   1 when NCCL set up NVLink SHARP channels (busbw may then pass the link)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from clusterbench.results.nccl import NcclFacts, NcclPeer
+from clusterbench.results.schema import Run
+
+
+def _is_socket(peer: NcclPeer) -> bool:
+    return peer.transport == "NET" and "socket" in (peer.net or peer.via).lower()
+
+
+def values(run: Run) -> dict[str, tuple[float, str]]:
+    """Each metric this run's NCCL facts give, with its note; absent where the log cannot say."""
+    facts = run.nccl
+    if facts is None:
+        return {}
+    found: dict[str, tuple[float, str]] = {}
+    net = [p for p in facts.peers if p.transport == "NET"]
+    rdma = [p for p in (run.hardware.rdma if run.hardware else []) if p.state == "ACTIVE"]
+    sockets = [p for p in net if _is_socket(p)]
+    if net:
+        bad = bool(sockets and rdma)
+        found["nccl.net.socket_with_rdma"] = (float(bad), (
+            f"{len(sockets)} links between nodes over TCP sockets ({sockets[0].via}) while rank 0's host has "
+            f"{len(rdma)} active RDMA port(s) ({rdma[0].device}): NCCL did not use them" if bad else
+            f"between nodes: {', '.join(sorted({p.via for p in net}))}"))
+    rdma_links = [p for p in net if not _is_socket(p) and p.gdr is not None]
+    if rdma_links:
+        off = [p for p in rdma_links if not p.gdr]
+        found["nccl.net.gdr"] = (float(not off), (
+            f"{len(off)} of {len(rdma_links)} network links without GPUDirect RDMA ({off[0].via}): data is "
+            "staged through host memory" if off else f"GPUDirect RDMA on all {len(rdma_links)} network links"))
+    nvlink = any(g.nvlink_active for g in (run.hardware.gpus if run.hardware else []))
+    if nvlink:
+        shm = [p for p in facts.peers if p.transport == "SHM" and _same_host(facts, p)]
+        found["nccl.p2p.shm_between_nvlink_gpus"] = (float(len(shm)), (
+            f"{len(shm)} links between GPUs of one host go through host memory (SHM) although the GPUs have "
+            "NVLink: P2P is disabled (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL) or not allowed" if shm else
+            "GPUs of one host talk directly (P2P), as their NVLink allows"))
+    if facts.nvls_channels is not None:
+        found["nccl.nvls"] = (float(facts.nvls_channels > 0), f"{facts.nvls_channels} NVLS channels")
+    return found
+
+
+def _same_host(facts: NcclFacts, peer: NcclPeer) -> bool:
+    host = {r.rank: r.host for r in facts.ranks}
+    return peer.dst_rank is not None and host.get(peer.src_rank) == host.get(peer.dst_rank)
+
+
+def picture(facts: NcclFacts) -> list[str]:
+    """NCCL's run in a few lines: version, ranks and hosts, how pairs talk, network, channels, algorithms."""
+    lines = [f"NCCL {facts.version or '(version not logged)'}"
+             + (f", built for CUDA {facts.cuda_build}" if facts.cuda_build else "")
+             + (f", driver supports CUDA {facts.cuda_driver}" if facts.cuda_driver else "")]
+    ranks = {r.rank for r in facts.ranks} or {p.src_rank for p in facts.peers}
+    if ranks or facts.hosts:
+        lines.append(f"ranks: {len(ranks)} seen on {len(facts.hosts) or '?'} host(s)"
+                     + (f" ({', '.join(facts.hosts[:4])}{', ...' if len(facts.hosts) > 4 else ''})"
+                        if facts.hosts else ""))
+    by_via = Counter(p.via for p in facts.peers)
+    if by_via:
+        lines.append("links: " + ", ".join(f"{via} x{n}" for via, n in by_via.most_common()))
+    net = facts.net
+    if net.name or net.devices or net.interfaces:
+        gdr = {True: "GPUDirect RDMA on", False: "GPUDirect RDMA off", None: "GPUDirect RDMA not logged"}[net.gdr]
+        lines.append(f"network: {net.name or '?'}" + (f" via plugin {net.plugin}" if net.plugin else "")
+                     + (f", devices {', '.join(net.devices)}" if net.devices else "")
+                     + (f", sockets on {', '.join(net.interfaces)}" if net.interfaces else "") + f"; {gdr}")
+    if facts.channels is not None:
+        lines.append(f"channels: {facts.channels} collective"
+                     + (f", NVLS {facts.nvls_channels}" if facts.nvls_channels is not None else "")
+                     + (f"; CollNet {'on' if facts.collnet else 'off'}" if facts.collnet is not None else ""))
+    if facts.rings:
+        first = facts.rings[0]
+        lines.append(f"rings: {len(facts.rings)} (channel {first.channel}: {' '.join(map(str, first.ranks))})")
+    for a in facts.algorithms[:8]:
+        lines.append(f"algorithm: {a.op or 'collective'} {a.size_bytes} B -> {a.algorithm}/{a.protocol}"
+                     + (f" ({a.calls} calls)" if a.calls > 1 else ""))
+    if facts.settings:
+        lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in sorted(facts.settings.items())))
+    lines += [f"NCCL WARN {w}" for w in facts.warnings[:5]]
+    return lines

@@ -1,0 +1,65 @@
+"""`clusterbench diagnose`: NCCL's own log, read and judged, on real NCCL logs (tests/data/nccl)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, run_cli
+from report_fixtures import gpu_run_doc, write_run
+
+from clusterbench.results import codec
+from clusterbench.results.hardware import Gpu, Hardware, RdmaPort
+
+LOGS = Path(__file__).parent / "data" / "nccl"
+SOCKETS = LOGS / "nccl-2.17-2.18-socket-shm-mpirun-tagged.log"  # two nodes over NET/Socket
+SHM = LOGS / "nccl-2.19-2.21-l20-pcie-shm.log"  # one host, P2P off: SHM between GPUs
+IB = LOGS / "nccl-2.29.3-roce-gdrdma-2nodes.log"
+
+
+def folder_with(tmp_path: Path, log: Path, hardware: Hardware) -> Path:
+    """A GPU run folder as `clusterbench comm` leaves it on NCCL: run.json and the per-rank logs."""
+    run_dir = write_run(tmp_path / "run", gpu_run_doc(codec.dump(hardware)))
+    (run_dir / "nccl").mkdir()
+    shutil.copy(log, run_dir / "nccl" / "nccl.node0.1234.log")
+    return run_dir
+
+
+def test_sockets_between_nodes_while_rdma_ports_are_up_fail(tmp_path: Path) -> None:
+    rdma = [RdmaPort("mlx5_0", "1", "InfiniBand", "InfiniBand", "ACTIVE", 400.0, "400 Gb/sec", "IB NDR", 0, 50.0)]
+    proc = run_cli("diagnose", str(folder_with(tmp_path, SOCKETS, Hardware("node0", rdma=rdma))))
+    assert proc.returncode == 1, proc.stderr
+    assert "links: NET/Socket/0" in proc.stdout
+    finding = next(line for line in proc.stdout.splitlines() if "NCCL network" in line)
+    assert finding.split()[0] == "FAIL" and "mlx5_0" in finding and "TCP sockets" in finding
+
+
+def test_shared_memory_between_nvlink_gpus_warns(tmp_path: Path) -> None:
+    gpus = [Gpu(i, "NVIDIA H100 80GB HBM3", nvlink_active=18, nvlink_version=4, nvlink_gbps=450.0) for i in range(8)]
+    proc = run_cli("diagnose", str(folder_with(tmp_path, SHM, Hardware("node0", gpus=gpus))))
+    assert proc.returncode == 0, proc.stderr
+    finding = next(line for line in proc.stdout.splitlines() if "NCCL P2P" in line)
+    assert finding.split()[0] == "WARN" and "SHM" in finding
+
+
+def test_a_healthy_infiniband_log_passes(tmp_path: Path) -> None:
+    proc = run_cli("diagnose", str(IB))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("NCCL 2.29.3")
+    assert "PASS  GPUDirect RDMA" in proc.stdout and "PASS  NCCL network" in proc.stdout
+
+
+@pytest.mark.parametrize("log", sorted(LOGS.glob("*.log")), ids=lambda p: p.stem)
+def test_every_fixture_gives_a_picture(log: Path) -> None:
+    proc = run_cli("diagnose", str(log))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stdout.startswith("NCCL ") and "== findings" in proc.stdout
+
+
+def test_a_run_without_nccl_or_a_missing_target_is_one_line(tmp_path: Path) -> None:
+    cpu_run = write_run(tmp_path / "cpu", gpu_run_doc({}))
+    assert_one_line_error(run_cli("diagnose", str(cpu_run)), 2, "holds no NCCL log")
+    assert_one_line_error(run_cli("diagnose", str(tmp_path / "nothing")), 2, "no run folder or NCCL log")
+    (tmp_path / "text.log").write_text("hello\n")
+    assert_one_line_error(run_cli("diagnose", str(tmp_path / "text.log")), 2, "no NCCL INFO lines")

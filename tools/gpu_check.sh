@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every GPU path of clusterbench in one pass (issue 10): NVML and topology, peaks, NCCL collectives
+# in each timing mode, the NCCL log read back by `diagnose`, training (tiny float32; llama-1b bf16
+# with DDP and FSDP), `run --quick`, and the GPU bench against a bare torch loop. About 6-8 minutes on
+# one H200. Runs from the checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA
+# and NCCL already. Leaves every run folder and summary.txt under $OUT (default ./gpu-check).
+#
+#     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+PY=${PYTHON:-python3}
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+NGPU=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+echo "# gpu_check $(date -u +%FT%TZ) on $(hostname): $NGPU GPU(s); $($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1)" | tee -a "$SUMMARY"
+# NCCL refuses two ranks on one GPU: with one GPU the collectives run at world size 1 (no busbw, every
+# code path still runs) and the ops that need a peer are left out.
+NP=$(( NGPU > 0 ? NGPU : 1 ))
+OPS=all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce,gather,scatter
+(( NP > 1 )) && OPS=$OPS,pt2pt,sendrecv
+
+step() {  # step NAME TIMEOUT_S CMD...: run it, keep its output, note its exit code and last lines
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-22s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$SUMMARY"
+  grep -E '^(# |  (PASS|WARN|FAIL)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS)' "$OUT/$name.log" | tail -n 12 \
+    | sed 's/^/    /' >>"$SUMMARY"
+}
+
+CB=("$PY" -m clusterbench)
+step info 60 "${CB[@]}" info --out "$OUT/info"
+step peak 120 "${CB[@]}" peak --dtypes bfloat16,float16,float32 --seconds 1 --out "$OUT/peak"
+for timing in loop stamps graph; do
+  step "comm-$timing" 150 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops "$OPS" -e 256M --timing "$timing" \
+    --out "$OUT/comm-$timing"
+done
+step comm-bf16-avg 90 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops all_reduce,reduce_scatter --dtype bfloat16 \
+  --reduce-op avg -e 64M --out "$OUT/comm-bf16-avg"
+step diagnose 30 "${CB[@]}" diagnose "$OUT/comm-loop"
+step train-tiny 120 "${CB[@]}" train --nproc "$NP" --preset tiny --dtype float32 --out "$OUT/train-tiny"
+step train-1b-ddp 180 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel ddp --steps 20 \
+  --out "$OUT/train-1b-ddp"
+step train-1b-fsdp 180 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp --steps 20 \
+  --out "$OUT/train-1b-fsdp"
+step run-quick 240 "${CB[@]}" run --quick --out "$OUT/run-quick"
+step bench-comm 120 "$PY" bench/bench_comm.py --nproc "$NP" --max-bytes 256M --rounds 3
+echo "# done in ${SECONDS}s; details in $OUT/*.log" | tee -a "$SUMMARY"
