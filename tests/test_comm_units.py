@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from clusterbench.args import size
-from clusterbench.comm import table, timing
+from clusterbench.comm import options, table, timing
 from clusterbench.comm.sizes import count_for, sweep
 from clusterbench.comm.timing import converged, summarize
-from clusterbench.results.schema import CommRow
+from clusterbench.errors import UsageError
+from clusterbench.results.schema import CommOptions, CommRow
 
 
 @pytest.mark.parametrize("text, want", [("8", 8), ("256K", 256 * 1024), ("64M", 64 * 2**20), ("1G", 2**30),
@@ -117,3 +118,20 @@ def test_loop_timing_takes_one_sample_per_batch(monkeypatch: pytest.MonkeyPatch)
     assert reads[0] <= 2 * 5 + 2  # a read before and after each of the 5 batches (and the first call's stamps)
     auto = timing.time_op(run, torch.device("cpu"), lambda samples: samples, None, 1, 0.05, mode="loop")
     assert auto.iters >= timing.MIN_AUTO_ITERS and auto.mean_s == pytest.approx(1e-4)
+
+
+def test_loop_timing_runs_exactly_the_calls_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = [0]
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: float(calls[0])))
+
+    def run() -> None:
+        calls[0] += 1
+
+    stats = timing.time_op(run, torch.device("cpu"), lambda samples: samples, 12, 1, 0.05, mode="loop")
+    assert stats.iters == 12 and calls[0] == 1 + 12  # the first (warm-up) call, then 12 in 5 batches
+
+
+def test_a_forced_nccl_algorithm_takes_only_the_ops_nccl_runs_with_it() -> None:
+    with pytest.raises(UsageError, match="--nccl-algo tree: NCCL runs only all_reduce with it, not all_gather"):
+        options.validate(CommOptions(ops=("all_reduce", "all_gather"), nccl_algos=("tree",)), 2, "cuda", None, "nccl")
+    options.validate(CommOptions(ops=("all_gather",), nccl_algos=("ring", "nvls", "pat")), 2, "cuda", None, "nccl")

@@ -47,7 +47,8 @@ def test_a_healthy_infiniband_log_passes(tmp_path: Path) -> None:
     proc = run_cli("diagnose", str(IB))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("NCCL 2.29.3")
-    assert "PASS  GPUDirect RDMA" in proc.stdout and "PASS  NCCL network" in proc.stdout
+    assert "PASS  GPUDirect RDMA" in proc.stdout
+    assert "NCCL network" not in proc.stdout  # a log alone cannot say which RDMA ports the hosts have up
 
 
 @pytest.mark.parametrize("log", sorted(LOGS.glob("*.log")), ids=lambda p: p.stem)

@@ -102,15 +102,16 @@ NCCL_SUBSYSTEMS = "INIT,ENV,GRAPH,NET"
 
 
 def capture_nccl_log(folder: Path) -> None:
-    """Have NCCL write this rank's log into `folder`, unless the user chose NCCL_DEBUG* already (theirs
-    win). A host that cannot make the folder (rank 0's path on another machine) keeps NCCL quiet."""
+    """Have NCCL write this rank's log into `folder`, unless the user set NCCL_DEBUG (then their
+    level, subsystems and destination all stand). A host that cannot make the folder writes none."""
+    if "NCCL_DEBUG" in os.environ:
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return
-    os.environ.setdefault("NCCL_DEBUG", "INFO")
-    os.environ.setdefault("NCCL_DEBUG_SUBSYS", NCCL_SUBSYSTEMS)
-    os.environ.setdefault("NCCL_DEBUG_FILE", str(folder / "nccl.%h.%p.log"))
+    os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS=NCCL_SUBSYSTEMS,
+                      NCCL_DEBUG_FILE=str(folder / "nccl.%h.%p.log"))
 
 
 def _spawned(job: Job, seat: Seat, port: int) -> None:

@@ -99,7 +99,8 @@ def metrics_of(run: Run) -> Metrics:
     for name, (value, note) in nccl.values(run).items():
         m.put(name, value, note)
     if m.values.get("nccl.nvls") and m.values.get("comm.all_reduce.link_share", 0) > 1:
-        m.notes["comm.all_reduce.link_share"] += "; above the link because NVLS reduced in the NVSwitch (NCCL log)"
+        m.notes["comm.all_reduce.link_share"] += ("; NCCL set up NVLS channels (its log), and NVLS reduces in the "
+                                                  "NVSwitch, which lets busbw pass the link")
     if run.status != "complete":  # absent from a run that completed, so it adds no line to its verdicts
         m.put("run.failed", 1, run.error or f"the run is {run.status}")
     return m
@@ -144,7 +145,8 @@ def _scoped(rows: list[CommRow], m: Metrics) -> None:
     """Per scope and op, the worst team's busbw at its largest size."""
     groups: dict[tuple[str, str], list[CommRow]] = {}
     for r in rows:
-        if r.scope != "global" and r.world_size > 1:
+        # Not the algo scope: a "worst algorithm" is no property of the cluster to track.
+        if r.scope in ("intra", "inter") and r.world_size > 1:
             groups.setdefault((r.scope, r.op), []).append(r)
     for (scope, op), found in groups.items():
         w = teams.worst(found)

@@ -2,7 +2,8 @@
 (docs/methodology.md §9).
 
 nccl.net.socket_with_rdma   1 when ranks on different nodes talk over TCP sockets while the host
-                            has active InfiniBand/RoCE ports (the classic misconfiguration)
+                            has active InfiniBand/RoCE ports (the classic misconfiguration); only
+                            with a hardware picture to say which ports are up
 nccl.net.gdr                1 when every network link used GPUDirect RDMA, 0 when one did not
 nccl.p2p.shm_between_nvlink_gpus   links through host shared memory between GPUs of one host whose
                             GPUs have NVLink (P2P disabled or unusable)
@@ -30,7 +31,7 @@ def values(run: Run) -> dict[str, tuple[float, str]]:
     net = [p for p in facts.peers if p.transport == "NET"]
     rdma = [p for p in (run.hardware.rdma if run.hardware else []) if p.state == "ACTIVE"]
     sockets = [p for p in net if _is_socket(p)]
-    if net:
+    if net and run.hardware is not None:  # without the host's ports, sockets may be all there is
         bad = bool(sockets and rdma)
         found["nccl.net.socket_with_rdma"] = (float(bad), (
             f"{len(sockets)} links between nodes over TCP sockets ({sockets[0].via}) while rank 0's host has "

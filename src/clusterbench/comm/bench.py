@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -18,7 +19,7 @@ from clusterbench.comm.sizes import count_for
 from clusterbench.comm.timing import RankReducer, time_op
 from clusterbench.comm.values import Values, dtype_named
 from clusterbench.dist import Worker, is_out_of_memory, synchronize
-from clusterbench.errors import UsageError, one_line
+from clusterbench.errors import UsageError
 from clusterbench.rank import Progress, Rank
 from clusterbench.results.schema import CommOptions, CommRow
 
@@ -68,6 +69,12 @@ def counts_for(op: Op, opts: CommOptions, sizes: list[int], world_size: int) -> 
     return sorted({count_for(s, elem, gran) for s in sizes})
 
 
+def _bookkeeping(team: Team) -> Any:
+    """The group for the harness's own collectives (times, #wrong): the team's, except under a forced
+    NCCL algorithm, which might not run them (NVLS and float64), so there the whole job's."""
+    return None if team.nccl_algo else team.group
+
+
 def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -> CommRow:
     """Time one op at one element count within a team, then check it; identical on the team's ranks."""
     ctx = _ctx(op, worker, opts, count, True, team)
@@ -75,22 +82,16 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -
     bufs = op.buffers(ctx)
     reducer = RankReducer(
         opts.rank_time, worker.device,
-        active_ranks=sum(op.active(r, n) for r in range(n)), active=op.active(ctx.rank, n), group=team.group,
+        active_ranks=sum(op.active(r, n) for r in range(n)), active=op.active(ctx.rank, n), group=_bookkeeping(team),
     )
     mode = options.timing(opts, worker.device.type)
-    try:
-        stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup,
-                        opts.time_budget_s, mode)
-    except RuntimeError as e:
-        if mode != "graph" or is_out_of_memory(e):
-            raise
-        raise UsageError(f"--timing graph: {op.name} on backend {worker.backend} cannot be captured in a CUDA "
-                         f"graph ({one_line(e)}); use --timing loop") from None
+    stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup,
+                    opts.time_budget_s, mode)
     del bufs  # free the timing buffers before the check allocates its own
     wrong = 0
     if opts.check:
         wrong_t = torch.tensor([check(op, _ctx(op, worker, opts, count, False, team))], device=worker.device)
-        torch.distributed.all_reduce(wrong_t, group=team.group)
+        torch.distributed.all_reduce(wrong_t, group=_bookkeeping(team))
         wrong = int(wrong_t.item())
     size = count * ctx.values.dtype.itemsize
     algbw = size / stats.mean_s
@@ -194,6 +195,8 @@ def run_comm(rank: Rank, opts: CommOptions) -> None:
         for phase in scopes.with_groups(phases):
             with scopes.nccl_algo(phase.teams[0].nccl_algo):  # and for a communicator set up on first use
                 _run_phase(rank, opts, sizes, phase, printer)
+            if phase.teams[0].nccl_algo:  # each forced algorithm's communicator goes with its phase
+                torch.distributed.destroy_process_group(phase.teams[0].group)
         printer.close()
         if folder is not None:
             _scope_summary(rank, opts, scope, sum(len(p.teams) for p in phases))

@@ -143,6 +143,11 @@ def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: 
     """Refuse, before any rank starts, what cannot work at this world size or on this machine."""
     if opts.nccl_algos and backend != "nccl":
         raise UsageError(f"--nccl-algo chooses NCCL's algorithm; this run uses backend {backend or 'other'}")
+    for algo in opts.nccl_algos:
+        cannot = [name for name in op_names(opts) if name not in NCCL_ALGOS[algo]]
+        if cannot:
+            raise UsageError(f"--nccl-algo {algo}: NCCL runs only {', '.join(NCCL_ALGOS[algo])} with it, not "
+                             f"{', '.join(cannot)}; choose --ops accordingly")
     if opts.timing == "graph" and (device_type != "cuda" or backend != "nccl"):
         raise UsageError(f"--timing graph replays CUDA graphs of NCCL calls; this run is {backend or 'no'} "
                          f"backend on {device_type}: use --timing loop or stamps")

@@ -24,8 +24,17 @@ from clusterbench.rendezvous import Member
 
 SCOPES = ("global", "intra", "inter")
 WHOLE_JOB = "all"
-# NCCL_ALGO values (NCCL reads the variable when it sets up each communicator).
-NCCL_ALGOS = ("ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
+# NCCL_ALGO values (NCCL reads the variable when it sets up each communicator) and the ops NCCL
+# can run with each: a forced algorithm that cannot run an op fails that op rather than falling back.
+NCCL_ALGOS = {
+    "ring": ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"),
+    "tree": ("all_reduce",),
+    "collnetdirect": ("all_reduce",),
+    "collnetchain": ("all_reduce",),
+    "nvls": ("all_reduce", "all_gather", "reduce_scatter"),
+    "nvlstree": ("all_reduce",),
+    "pat": ("all_gather", "reduce_scatter"),
+}
 
 
 @dataclass(frozen=True)

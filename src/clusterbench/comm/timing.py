@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from clusterbench.errors import UsageError, one_line
+
 RANK_TIME = ("max", "avg", "min")
 TIMINGS = ("stamps", "loop", "graph")
 MIN_ITERS = 3  # fewer cannot give a spread
@@ -134,19 +136,25 @@ def batch_loop(run: Callable[[], None], iters: int, device: torch.device) -> lis
 class GraphLoop:
     """Batches of calls captured in CUDA graphs (one per batch length) and replayed."""
 
-    def __init__(self, run: Callable[[], None]) -> None:
-        self.run = run
+    def __init__(self) -> None:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     def __call__(self, run: Callable[[], None], iters: int, device: torch.device) -> list[float]:
-        graph = self.graphs.get(iters) or self._capture(iters)
+        graph = self.graphs.get(iters) or self._capture(run, iters, device)
         return [batch_loop(graph.replay, 1, device)[0] / iters]
 
-    def _capture(self, iters: int) -> torch.cuda.CUDAGraph:
+    def _capture(self, run: Callable[[], None], iters: int, device: torch.device) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(iters):
-                self.run()
+        try:
+            # thread_local: c10d's watchdog thread may query the stream while this one captures.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                for _ in range(iters):
+                    run()
+        except RuntimeError as e:
+            raise UsageError(f"--timing graph: these calls cannot be captured in a CUDA graph "
+                             f"({one_line(e)}); use --timing loop") from None
+        graph.replay()  # the first replay uploads the graph: keep it out of the timed ones
+        torch.cuda.synchronize(device)
         self.graphs[iters] = graph
         return graph
 
@@ -154,8 +162,8 @@ class GraphLoop:
 Sampler = Callable[[Callable[[], None], int, torch.device], list[float]]
 
 
-def sampler(mode: str, run: Callable[[], None]) -> Sampler:
-    return {"stamps": stamp_loop, "loop": batch_loop}.get(mode) or GraphLoop(run)
+def sampler(mode: str) -> Sampler:
+    return {"stamps": stamp_loop, "loop": batch_loop, "graph": GraphLoop()}[mode]
 
 
 def time_op(
@@ -170,17 +178,17 @@ def time_op(
     """Warm up, then time `iters` calls, or (iters None) until the estimate is stable or the budget
     is spent. Stats.iters counts calls; the statistics are over samples (calls for stamps, batches
     for loop and graph)."""
-    take = sampler(mode, run)
+    take = sampler(mode)
     first = reduce(stamp_loop(run, 1, device))[0]
     per_iter = max(first, 1e-7)
     extra_warmup = warmup - 1 if iters else min(warmup - 1, int(0.2 * budget_s / per_iter))
     if extra_warmup > 0:
         stamp_loop(run, extra_warmup, device)
     if iters:
+        # loop and graph: the calls in 5 batches (or fewer), so that there is a spread.
         batches = 1 if mode == "stamps" else min(iters, MIN_AUTO_ITERS)
-        per_batch = iters // batches
-        samples = [x for _ in range(batches) for x in reduce(take(run, per_batch, device))]
-        return summarize(samples, calls=batches * per_batch)
+        sizes = [iters // batches + (i < iters % batches) for i in range(batches)]
+        return summarize([x for size in sizes for x in reduce(take(run, size, device))], calls=iters)
     # A first call can be several times faster than the rest (a warm cache, a quiet moment): keep the
     # first batch to a twentieth of the budget, then size batches by what the calls really took.
     batch = max(1, min(MAX_BATCH, int(0.05 * budget_s / per_iter)))
@@ -197,8 +205,11 @@ def time_op(
             break
         if (spent >= budget_s and len(samples) >= MIN_ITERS) or calls >= MAX_AUTO_ITERS:
             break
-        if mode == "stamps":
-            # At most doubling the calls so far: the stalls of a busy host show up only after a few
-            # hundred calls, and a mean taken before them would overrun the budget several times.
-            batch = max(1, min(MAX_BATCH, calls, int((budget_s - spent) / (spent / calls))))
+        # At most doubling the calls so far: the stalls of a busy host show up only after a few
+        # hundred calls, and a mean taken before them would overrun the budget several times.
+        # loop and graph spread what is left over the samples still wanted.
+        left = (budget_s - spent) / (max(spent, 1e-9) / calls)
+        if mode != "stamps":
+            left /= max(1, MIN_AUTO_ITERS - len(samples))
+        batch = max(1, min(MAX_BATCH, calls, int(left)))
     return summarize(samples, calls=calls)

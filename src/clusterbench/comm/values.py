@@ -5,7 +5,7 @@ Reductions: element i gets a non-zero value from the 1 + (i mod K) consecutive r
 at rank i mod n (K = min(n, 8)), and nothing from the others. Every rank is checked on its own
 share of the elements at any world size, results vary from element to element, and the exact
 sum stays at most K x top, within what the dtype holds exactly (bfloat16: integers up to 256;
-int8: 127). Data movement uses every value the dtype holds, offset per rank. Every tensor here
+int8: 127). Data movement uses the values 0..min(250, E - 1), offset per rank. Every tensor here
 is built in chunks of CHUNK elements, so the check needs a bounded scratch, not int64 copies of
 the whole buffer.
 """
@@ -60,14 +60,19 @@ class Values:
         return min(self.n, WINDOW)
 
     @property
+    def rounded_avg(self) -> bool:
+        """A float avg over a world size that is not a power of two: scaling by 1/n rounds."""
+        return self.reduce_op == "avg" and self.dtype.is_floating_point and self.n & (self.n - 1) != 0
+
+    @property
     def top(self) -> int:
-        """The largest check value: a window of them must still sum exactly, and for a float avg a
+        """The largest check value: a window of them must still sum exactly, and for a rounded avg a
         missing contribution of 1 (1/n of the mean) must stay above the rounding avg_tolerance allows:
         K x top x (K + 2) x eps / 2 < 1, kept with a margin of two."""
         if self.reduce_op not in ("sum", "avg"):
             return min(_MODULUS - 1, _EXACT[self.dtype] - 1)
         top = min(_MODULUS - 1, _EXACT[self.dtype] // self.window)
-        if self.reduce_op == "avg" and self.dtype.is_floating_point:
+        if self.rounded_avg:
             k = self.window
             top = min(top, int(1 / (k * (k + 2) * torch.finfo(self.dtype).eps)))
         return max(1, top)
@@ -112,7 +117,10 @@ class Values:
         for j in range(1, self.window):
             value = self._raw_window(idx, j)
             acc = torch.where(j < span, combine(acc, value), acc)
-        return acc.to(torch.float64) / self.n if op == "avg" else acc
+        if op != "avg":
+            return acc
+        # Integers: the backend divides the exact sum, truncating (the sum is never negative).
+        return acc.to(torch.float64) / self.n if self.dtype.is_floating_point else acc // self.n
 
     def _span(self, idx: torch.Tensor) -> torch.Tensor:
         """How many ranks give element i a value: 1 + i mod K, so results differ between elements."""
@@ -139,17 +147,16 @@ class Values:
         return wrong
 
     def _wrong(self, got: torch.Tensor, want: torch.Tensor) -> int:
-        if self.reduce_op != "avg":
+        if not self.rounded_avg:
             return int((got != want).sum().item())
         exact = want.to(torch.float64)
         close = (got.to(torch.float64) - exact).abs() <= self.avg_tolerance(exact)  # NaN is never close
         return int((~close).sum().item())
 
     def avg_tolerance(self, exact: torch.Tensor) -> torch.Tensor:
-        """How far a correct avg may be from the exact mean. Integers truncate (1). Floats: each of
-        the window's terms is scaled by 1/n (itself rounded) and the terms are added in the backend's
-        order; every step rounds by at most half an ulp of a value no larger than the mean, so
-        (window + 2) half-ulps of the mean bound the error in any order."""
-        if not self.dtype.is_floating_point:
-            return torch.ones_like(exact)
+        """How far a correct float avg over n (not a power of two) may be from the exact mean: each
+        of the window's terms is scaled by 1/n (itself rounded) and the terms are added in the
+        backend's order; every step rounds by at most half an ulp of a value no larger than the
+        mean, so (window + 2) half-ulps of the mean bound the error in any order. With n a power of
+        two the scaling is exact and so are the sums: no tolerance at all."""
         return exact.abs() * (self.window + 2) * torch.finfo(self.dtype).eps / 2
