@@ -5,9 +5,14 @@ The report's theoretical line and the bandwidth verdict use this one answer.
 
 from __future__ import annotations
 
-from clusterbench.results.hardware import Hardware
+from clusterbench.results.hardware import Hardware, RdmaPort
 from clusterbench.results.schema import CommRow, Run
 from clusterbench.units import BITS_PER_BYTE
+
+
+def active_rdma(hardware: Hardware | None) -> list[RdmaPort]:
+    """The InfiniBand/RoCE ports that are up on the host the picture was taken on."""
+    return [p for p in (hardware.rdma if hardware else []) if p.state == "ACTIVE"]
 
 
 def link_line(run: Run) -> tuple[float | None, str]:
@@ -19,7 +24,7 @@ def link_line(run: Run) -> tuple[float | None, str]:
     if not gpus:
         return None, "run.json has no hardware picture with GPUs, so there is no theoretical line"
     if len(set(run.env.hosts)) > 1:
-        ports = [p for p in run.hardware.rdma if p.gbps and p.state == "ACTIVE"]
+        ports = [p for p in active_rdma(run.hardware) if p.gbps]
         if not ports:
             return None, "ranks on several hosts and no active RDMA port known: no theoretical line"
         slowest = min(ports, key=lambda p: p.gbps)
@@ -54,7 +59,7 @@ def ports(hardware: Hardware | None) -> list[tuple[float, str]]:
     ports, else its physical Ethernet NICs, else (a container, a namespace) its virtual ones."""
     if hardware is None:
         return []
-    rdma = [(p.gbps * BITS_PER_BYTE, f"{p.device}/{p.port}") for p in hardware.rdma if p.gbps and p.state == "ACTIVE"]
+    rdma = [(p.gbps * BITS_PER_BYTE, f"{p.device}/{p.port}") for p in active_rdma(hardware) if p.gbps]
     nics = [n for n in hardware.net if n.gbps and n.operstate == "up" and not n.name.startswith("lo")]
     physical = [(n.gbps * BITS_PER_BYTE, n.name) for n in nics if not n.virtual]
     return rdma or physical or [(n.gbps * BITS_PER_BYTE, n.name) for n in nics]

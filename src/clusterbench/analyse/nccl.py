@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from clusterbench.analyse.links import active_rdma
 from clusterbench.results.nccl import NcclFacts, NcclPeer
 from clusterbench.results.schema import Run
 
@@ -29,7 +30,7 @@ def values(run: Run) -> dict[str, tuple[float, str]]:
         return {}
     found: dict[str, tuple[float, str]] = {}
     net = [p for p in facts.peers if p.transport == "NET"]
-    rdma = [p for p in (run.hardware.rdma if run.hardware else []) if p.state == "ACTIVE"]
+    rdma = active_rdma(run.hardware)
     sockets = [p for p in net if _is_socket(p)]
     if net and run.hardware is not None:  # without the host's ports, sockets may be all there is
         bad = bool(sockets and rdma)

@@ -12,7 +12,7 @@ the whole buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -88,7 +88,7 @@ class Values:
             # One rank doubles each element, so the product is 1 or 2 and never overflows.
             return 1 + (idx % (self.n + 1) == rank).to(torch.int64)
         active = (rank - idx) % self.n < self._span(idx)
-        value = 1 + (idx * 13 + rank * 101) % self.top
+        value = self._value(idx, rank)
         idle = self.top + 1 if self.reduce_op == "min" else 0  # never the min, never adds to a sum or max
         return torch.where(active, value, torch.full_like(value, idle))
 
@@ -128,23 +128,27 @@ class Values:
 
     def _raw_window(self, idx: torch.Tensor, j: int) -> torch.Tensor:
         """The value of the j-th rank of each element's window: rank (i + j) mod n."""
-        return 1 + (idx * 13 + ((idx + j) % self.n) * 101) % self.top
+        return self._value(idx, (idx + j) % self.n)
+
+    def _value(self, idx: torch.Tensor, rank: int | torch.Tensor) -> torch.Tensor:
+        """What rank gives element i of a reduction when i's window holds it."""
+        return 1 + (idx * 13 + rank * 101) % self.top
+
+    @staticmethod
+    def _chunks(count: int) -> Iterator[tuple[int, int]]:
+        for a in range(0, count, CHUNK):
+            yield a, min(count, a + CHUNK)
 
     def _built(self, count: int, piece: Callable[[int, int], torch.Tensor],
                dtype: torch.dtype | None = None) -> torch.Tensor:
         out = torch.empty(count, dtype=dtype or self.dtype, device=self.device)
-        for a in range(0, count, CHUNK):
-            b = min(count, a + CHUNK)
+        for a, b in self._chunks(count):
             out[a:b] = piece(a, b)
         return out
 
     def mismatches(self, got: torch.Tensor, want: Expect) -> int:
         """Wrong elements of `got`, compared chunk by chunk against want(start, stop)."""
-        wrong = 0
-        for a in range(0, got.numel(), CHUNK):
-            b = min(got.numel(), a + CHUNK)
-            wrong += self._wrong(got[a:b], want(a, b))
-        return wrong
+        return sum(self._wrong(got[a:b], want(a, b)) for a, b in self._chunks(got.numel()))
 
     def _wrong(self, got: torch.Tensor, want: torch.Tensor) -> int:
         if not self.rounded_avg:
