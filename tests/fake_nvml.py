@@ -21,8 +21,16 @@ class FakeNvml:
     def __init__(self, name, peers, levels, pcie, links_per_gpu=18, unsupported=()):
         self.name, self.peers, self.levels, self.pcie = name, peers, levels, pcie
         self.links_per_gpu = links_per_gpu
-        self.unsupported = set(unsupported)  # (function name, gpu index) pairs
+        self.unsupported = set(unsupported)  # (function name, gpu index or None) pairs
         self.count = len(pcie)
+        # Telemetry: what each GPU reads now; a test changes it between reads.
+        self.power_mw = dict.fromkeys(range(self.count), 650_000)
+        self.sm_mhz = dict.fromkeys(range(self.count), 1980)
+        self.reasons = dict.fromkeys(range(self.count), 0)  # nvmlClocksEventReasons bits
+        self.ecc = {gpu: [0, 0] for gpu in range(self.count)}  # [corrected, uncorrected]
+        self.nvlink_kib = dict.fromkeys(range(self.count), 0)  # running counter per link, both directions
+        self.xids = []  # (gpu, xid) waiting to be read from an event set
+        self._registered = set()
 
     def _check(self, function, gpu):
         if (function, gpu) in self.unsupported:
@@ -74,6 +82,63 @@ class FakeNvml:
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
         return self.levels[frozenset((a, b))]
+
+    # Telemetry: every call can be made unsupported per GPU through `unsupported`.
+    def nvmlDeviceGetIndex(self, h): return h
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._check("nvmlDeviceGetPowerUsage", h)
+        return self.power_mw[h]
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        self._check("nvmlDeviceGetClockInfo", h)
+        return {1: self.sm_mhz[h], 2: 2619}[clock]  # NVML_CLOCK_SM, NVML_CLOCK_MEM
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        self._check("nvmlDeviceGetTemperature", h)
+        return 61
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._check("nvmlDeviceGetUtilizationRates", h)
+        return SimpleNamespace(gpu=97, memory=41)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._check("nvmlDeviceGetCurrentClocksEventReasons", h)
+        return self.reasons[h]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        self._check("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return self.reasons[h]
+
+    def nvmlDeviceGetPcieThroughput(self, h, counter):
+        self._check("nvmlDeviceGetPcieThroughput", h)
+        return {0: 12_000, 1: 3_000}[counter]  # KB/s: TX, RX
+
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
+        self._check("nvmlDeviceGetTotalEccErrors", h)
+        return self.ecc[h][error_type]
+
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        self._check("nvmlDeviceGetFieldValues", h)
+        return [SimpleNamespace(fieldId=f, scopeId=link, nvmlReturn=0, value=SimpleNamespace(ullVal=self.nvlink_kib[h]))
+                for f, link in field_ids]
+
+    def nvmlEventSetCreate(self):
+        self._check("nvmlEventSetCreate", None)
+        return "event set"
+
+    def nvmlDeviceRegisterEvents(self, h, types, events):
+        self._check("nvmlDeviceRegisterEvents", h)
+        self._registered.add(h)
+
+    def nvmlEventSetWait_v2(self, events, timeout_ms):
+        waiting = [x for x in self.xids if x[0] in self._registered]
+        if not waiting:
+            raise FakeNvmlError("Timeout")
+        self.xids.remove(waiting[0])
+        return SimpleNamespace(device=waiting[0][0], eventType=0x8, eventData=waiting[0][1])
+
+    def nvmlEventSetFree(self, events): pass
 
 
 NODE, SYS, PHB = 40, 50, 30

@@ -78,6 +78,12 @@ def comm_rows(ops_peak_gbs: dict[str, float], world_size: int = 8) -> list[dict[
     return rows
 
 
+def scope_rows(scope: str, teams_peak_gbs: dict[str, float], op: str = "all_reduce") -> list[dict[str, Any]]:
+    """The sweep of comm_rows for each team of a scope (intra: a node, inter: a rail) at its own peak."""
+    return [row | {"scope": scope, "team": team} for team, peak in teams_peak_gbs.items()
+            for row in comm_rows({op: peak})]
+
+
 def gpu_run_doc(hardware: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     """A complete `clusterbench run` on 8 H200s: all_reduce above the line (NVLS), all_gather below."""
     doc = {

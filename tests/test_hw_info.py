@@ -127,6 +127,6 @@ def test_a_rank_s_loaded_reading_replaces_only_its_own_gpu(monkeypatch: pytest.M
     merged = topology.with_pcie_readings(info, {torch_uuid: loaded})
     assert merged.gpus[3].pcie == loaded
     assert [g.pcie for g in merged.gpus[:3]] == [g.pcie for g in info.gpus[:3]]
-    assert gpus.handle_of(four_h100(), torch_uuid) == 3
+    assert nvml.handle_of(four_h100(), torch_uuid) == 3
     # Without CUDA no rank can load its GPU: the reading is refused, never an idle one passed off as loaded.
     assert topology.own_pcie_under_load(3, torch_uuid) is None

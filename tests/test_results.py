@@ -94,7 +94,7 @@ def test_run_folder_files_get_the_umask_mode_and_strict_json(tmp_path: Path) -> 
     assert trained.returncode == 1, trained.stderr  # the NaN fails the run
     assert cli("report", str(out)).returncode == 0
     files = sorted(out.iterdir())
-    assert {f.name for f in files} == {"run.json", "train_steps.csv", "report.html"}
+    assert {f.name for f in files} == {"run.json", "train_steps.csv", "telemetry.csv", "report.html"}
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o644 for f in files), [oct(f.stat().st_mode) for f in files]
     text = (out / "run.json").read_text()
     json.loads(text, parse_constant=lambda token: pytest.fail(f"non-strict JSON token {token}"))

@@ -24,6 +24,7 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
     assert doc["hardware"]["gpus"] == [] and doc["peaks"]["matmul"][0]["tflops"] > 0
     assert {r["op"] for r in doc["comm"]} == {"all_reduce", "all_gather"}
     assert len(doc["train"]["losses"]) == 100 and doc["train"]["alignment"]["verdict"] == "PASS"
+    assert doc["canary"] is None  # the train stage already is the canary's task on a CPU
     checks = {c["check"]: c["status"] for c in doc["verdicts"]}
     # A CPU has no link table: the bandwidth check says it was not judged, rather than pass.
     assert checks == {"comm correctness": "PASS", "comm bandwidth": "SKIP", "training": "PASS",
@@ -36,7 +37,8 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
 
 def test_skip_and_stage_options_reach_the_stages(tmp_path: Path) -> None:
     """A perturbed task (another seed) is refused by the shipped reference's task check,
-    so the run judges nothing and says so with a WARN."""
+    so the run judges nothing and says so with a WARN; the numerics canary, the shipped task
+    on this hardware, runs before it and is judged."""
     out = tmp_path / "run"
     proc = run_cli("run", "--skip", "comm", "--peak-seconds", "0.1", "--train-args", "--steps 12 --seed 3",
                    "--out", str(out), timeout=300)
@@ -48,6 +50,12 @@ def test_skip_and_stage_options_reach_the_stages(tmp_path: Path) -> None:
     assert "step count 100, this run has 12" in checks["loss alignment"]["detail"]
     assert checks["comm correctness"] == {"check": "comm correctness", "status": "SKIP",
                                           "detail": "not judged: the comm stage did not run"}
+    canary = doc["canary"]
+    assert len(canary["losses"]) == 100 and canary["config"]["dtype"] == "float32"
+    assert canary["alignment"]["verdict"] == "PASS" and canary["alignment"]["reference"] == "tiny-cpu-float32"
+    assert checks["numerics canary"]["status"] == "PASS" and "== [3/4] canary" in proc.stdout
+    assert 'id="canary"' in (out / "report.html").read_text()
+    assert len((out / "train_steps.csv").read_text().splitlines()) == 13  # the train stage's steps only
 
 
 def test_nothing_judged_is_no_verdict(tmp_path: Path) -> None:
@@ -63,8 +71,9 @@ def test_nothing_judged_is_no_verdict(tmp_path: Path) -> None:
 
 def test_a_corrupted_collective_fails_the_verdict_but_training_still_runs(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = run_cli("run", "--quick", "--peak-seconds", "0.1", "--train-args", "--steps 8 --warmup-steps 2",
-                   "--out", str(out), env={"CLUSTERBENCH_TEST_CORRUPT": "all_reduce:0"}, timeout=300)
+    proc = run_cli("run", "--quick", "--skip", "canary", "--peak-seconds", "0.1", "--train-args",
+                   "--steps 8 --warmup-steps 2", "--out", str(out), env={"CLUSTERBENCH_TEST_CORRUPT": "all_reduce:0"},
+                   timeout=300)
     assert proc.returncode == 1
     doc = read_run(out)
     checks = {c["check"]: c["status"] for c in doc["verdicts"]}
@@ -77,7 +86,7 @@ def test_a_model_without_a_flops_formula_gets_verdicts_and_a_report(tmp_path: Pa
     config = tmp_path / "gpt2.json"
     config.write_text(json.dumps(GPT2))
     out = tmp_path / "run"
-    proc = run_cli("run", "--skip", "comm", "--peak-seconds", "0.1", "--train-args",
+    proc = run_cli("run", "--skip", "comm", "--skip", "canary", "--peak-seconds", "0.1", "--train-args",
                    f"--model-config {config} --steps 4 --warmup-steps 1 --seq-len 32 --global-batch 4",
                    "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -97,8 +106,8 @@ def test_rules_file_replaces_the_default_checks(tmp_path: Path) -> None:
                      "  - name: tgs\n    metric: train.tgs\n    criteria: '> 0'\n    level: WARN\n"
                      "  - name: typo\n    metric: train.tsg\n    criteria: '> 0'\n")
     out = tmp_path / "run"
-    proc = run_cli("run", "--skip", "comm", "--peak-seconds", "0.1", "--train-args", "--steps 6 --warmup-steps 2",
-                   "--rules", str(rules), "--out", str(out), timeout=300)
+    proc = run_cli("run", "--skip", "comm", "--skip", "canary", "--peak-seconds", "0.1", "--train-args",
+                   "--steps 6 --warmup-steps 2", "--rules", str(rules), "--out", str(out), timeout=300)
     assert proc.returncode == 1, proc.stderr
     doc = read_run(out)
     assert [(c["check"], c["status"]) for c in doc["verdicts"]] == [
@@ -168,7 +177,8 @@ def test_bandwidth_verdict_against_the_link_and_an_expected_figure() -> None:
     assert _status(_run(360, [H100] * 8), "comm bandwidth") == "PASS"  # 80% of 450: the usual ceiling
     assert _status(_run(100, [H100] * 8), "comm bandwidth") == "WARN"
     assert overall(judge(_run(480, [H100] * 8))) == "PASS"  # in-switch reduction beats the line: no error
-    expected = _run(360, [H100] * 8, expected={"comm.all_reduce.busbw_gbps.top": 420 * 8})  # 360 < 0.9 x 420
+    given = {"value": 420 * 8, "origin": "given", "system": "this cluster", "source": "--expect-busbw"}
+    expected = _run(360, [H100] * 8, expected={"comm.all_reduce.busbw_gbps.top": given})  # 360 < 0.9 x 420
     assert _status(expected, "comm bandwidth expected") == "FAIL" and overall(judge(expected)) == "FAIL"
     assert _status(_run(360, [H100] * 8), "comm bandwidth expected") is None  # nothing expected: no line
     assert _status(_run(360, [], device_type="cpu"), "comm bandwidth") == "SKIP"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Every GPU path of clusterbench in one pass (issue 10): NVML and topology, peaks, NCCL collectives
-# in each timing mode, the NCCL log read back by `diagnose`, training (tiny float32; llama-1b bf16
-# with DDP and FSDP), `run --quick`, and the GPU bench against a bare torch loop. About 6-8 minutes on
-# one H200. Runs from the checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA
-# and NCCL already. Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The
-# step limits add up to 16 minutes; a healthy H200 needs about half of that.
+# Every GPU path of clusterbench in one pass (issues 10, 11): NVML and topology, peaks, NCCL
+# collectives in each timing mode, the NCCL log read back by `diagnose`, training (tiny float32
+# against the CPU curve: the canary's tolerance; llama-1b bf16 with DDP and FSDP), `run --quick`
+# (the numerics canary, NVML telemetry, expected figures), and with several GPUs the benches
+# against a bare torch loop and of the telemetry sampler. About 6-8 minutes on one H200. Runs
+# from the checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL
+# already. Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step
+# limits add up to 18 minutes; a healthy H200 needs about half of that.
 #
 #     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
 set -uo pipefail
@@ -30,7 +32,8 @@ step() {  # step NAME TIMEOUT_S CMD...: run it, keep its output, note its exit c
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   printf '%-22s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$SUMMARY"
-  grep -E '^(# |  (PASS|WARN|FAIL)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS)' "$OUT/$name.log" | tail -n 12 \
+  grep -E '^(# |  (PASS|WARN|FAIL)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS|  variance|  MRE|  max abs)' "$OUT/$name.log" \
+    | tail -n 16 \
     | sed 's/^/    /' >>"$SUMMARY"
 }
 
@@ -44,7 +47,9 @@ done
 step comm-bf16-avg 60 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops all_reduce,reduce_scatter --dtype bfloat16 \
   --reduce-op avg -e 64M --out "$OUT/comm-bf16-avg"
 step diagnose 30 "${CB[@]}" diagnose "$OUT/comm-loop"
-step train-tiny 90 "${CB[@]}" train --nproc "$NP" --preset tiny --dtype float32 --out "$OUT/train-tiny"
+# The canary's task against the CPU curve: its variance and MRE are the float32 tolerance a GPU needs.
+step train-tiny 90 "${CB[@]}" train --nproc "$NP" --preset tiny --dtype float32 --reference tiny-cpu-float32 \
+  --out "$OUT/train-tiny"
 step train-1b-ddp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel ddp --steps 20 \
   --out "$OUT/train-1b-ddp"
 step train-1b-fsdp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp --steps 20 \
@@ -52,7 +57,8 @@ step train-1b-fsdp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype 
 step run-quick 180 "${CB[@]}" run --quick --out "$OUT/run-quick"
 if (( NP > 1 )); then  # a bare loop has no busbw to compare at world size 1
   step bench-comm 90 "$PY" bench/bench_comm.py --nproc "$NP" --max-bytes 256M --rounds 3
+  step bench-telemetry 120 "$PY" bench/bench_telemetry.py --nproc "$NP" --max-bytes 256M --rounds 3
 else
-  echo "bench-comm             skipped: one GPU, no busbw to compare" | tee -a "$SUMMARY"
+  echo "bench-comm, bench-telemetry skipped: one GPU, no busbw to compare" | tee -a "$SUMMARY"
 fi
 echo "# done in ${SECONDS}s; details in $OUT/*.log" | tee -a "$SUMMARY"

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from clusterbench import __version__
 from clusterbench.errors import UsageError
+from clusterbench.hw import affinity
 from clusterbench.rendezvous import Member
 from clusterbench.results.schema import Env, Placement
 
@@ -128,8 +129,8 @@ def device_name(device: torch.device) -> str:
 
 def environment(worker: Worker) -> Env:
     """Facts every run.json records; gathered from all ranks, so call it on every rank."""
-    mine = (device_name(worker.device), str(worker.device))
-    everyone: list[tuple[str, str]] = [("", "")] * worker.world_size
+    mine = (device_name(worker.device), str(worker.device), *affinity.mine(worker.device))
+    everyone: list[tuple] = [()] * worker.world_size
     dist.all_gather_object(everyone, mine)
     return Env(
         hostname=socket.gethostname(),
@@ -143,8 +144,8 @@ def environment(worker: Worker) -> Env:
         world_size=worker.world_size,
         device_type=worker.device.type,
         hosts=sorted({m.host for m in worker.members}),
-        devices=[name for name, _ in everyone],
-        ranks=[Placement(m.rank, m.node, m.local_rank, device) for m, (_, device) in zip(worker.members, everyone)],
+        devices=[name for name, *_ in everyone],
+        ranks=[Placement(m.rank, m.node, m.local_rank, *facts) for m, (_, *facts) in zip(worker.members, everyone)],
     )
 
 

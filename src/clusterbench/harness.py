@@ -32,8 +32,9 @@ from clusterbench.hw.topology import describe
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress, Rank
 from clusterbench.results import documents
-from clusterbench.results.folder import NCCL_LOGS, TABLES, RunFolder, claim, default_run_dir, load_run, save_run
+from clusterbench.results.folder import NCCL_LOGS, RunFolder, claim, default_run_dir, load_run, result_files, save_run
 from clusterbench.results.schema import Run
+from clusterbench.telemetry import stages as telemetry
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Launch:
     iface: str | None = None
     launcher: str = "local"
     ray_address: str | None = None
+    telemetry_hz: float = telemetry.DEFAULT_HZ
 
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,6 +73,9 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
                    help="local: spawn --nproc ranks here (default); ray: one Ray actor per rank, placed by Ray")
     g.add_argument("--ray-address", dest="ray_address",
                    help="with --launcher ray: the cluster to join (default: RAY_ADDRESS, else a new local Ray)")
+    g.add_argument("--telemetry-hz", dest="telemetry_hz", type=argtypes.real(0.0, strict=False), metavar="HZ",
+                   help="device telemetry samples per second while the stages run; 0: off "
+                        f"(default {telemetry.DEFAULT_HZ:g})")
     add_out_argument(g)
 
 
@@ -91,6 +96,7 @@ class Plan:
     iface: str | None = None
     ray_address: str | None = None
     ray: bool = False
+    telemetry_hz: float = telemetry.DEFAULT_HZ
 
     @property
     def device_type(self) -> str:
@@ -175,6 +181,7 @@ class _RankJob:
     options: Any
     run_dir: Path
     argv: tuple[str, ...]
+    telemetry_hz: float
 
 
 def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
@@ -182,12 +189,18 @@ def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
     folder = RunFolder(job.run_dir, job.command, list(job.argv)) if worker.rank == 0 else None
     if folder is not None:
         folder.record(env=env, hardware=describe())  # NVML and /sys only: starts no CUDA context
+    recorder = telemetry.start(worker, folder, job.telemetry_hz)
+    rank = Rank(worker, progress, env, folder, recorder)
     try:
-        job.work(Rank(worker, progress, env, folder), job.options)
+        with rank.stage(job.command):  # a command that walks stages marks its own inside this one
+            job.work(rank, job.options)
     except BaseException as e:
         if folder is not None:
             _finish_failed(folder, e)
         raise
+    finally:
+        if recorder is not None:
+            recorder.close()
     if folder is not None:
         folder.finish("complete")
 
@@ -224,7 +237,7 @@ def plan_for(args: argparse.Namespace, command: str) -> Plan:
         raise UsageError(f"--launcher ray starts the ranks itself, but {joined.launcher} already started this "
                          "process as one rank: run it once, outside the launcher")
     return Plan(cfg, world_size(options, cfg, joined), options.out or default_run_dir(command), joined,
-                options.overwrite, options.iface, options.ray_address, options.launcher == "ray")
+                options.overwrite, options.iface, options.ray_address, options.launcher == "ray", options.telemetry_hz)
 
 
 def _joined(options: Launch) -> Joined | None:
@@ -248,7 +261,7 @@ def _run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     owner = plan.joined is None or plan.joined.rank == 0  # writes the run folder and concludes
     if owner:
         claim(plan.run_dir, plan.overwrite)
-    job = _RankJob(cmd.name, cmd.work, options, plan.run_dir, tuple(sys.argv))
+    job = _RankJob(cmd.name, cmd.work, options, plan.run_dir, tuple(sys.argv), plan.telemetry_hz)
     nccl_logs = plan.run_dir / NCCL_LOGS if plan.dist.backend == "nccl" else None
     work = launch.Job(_rank_main, job, plan.dist, plan.iface, nccl_logs)
     if plan.ray:
@@ -315,5 +328,4 @@ def _raise(outcome: launch.Outcome, run_dir: Path) -> None:
 
 
 def _print_results(run_dir: Path, stream: Any) -> None:
-    files = [run_dir / "run.json"] + [run_dir / f"{t}.csv" for t in TABLES] + [run_dir / "report.html"]
-    print(f"# results: {', '.join(str(f) for f in files if f.exists())}", file=stream, flush=True)
+    print(f"# results: {', '.join(str(f) for f in result_files(run_dir) if f.exists())}", file=stream, flush=True)

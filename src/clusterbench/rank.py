@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from clusterbench.dist import Worker
 from clusterbench.rendezvous import Rendezvous
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import Env
+
+if TYPE_CHECKING:
+    from clusterbench.telemetry.stages import Recorder
 
 
 class Progress:
@@ -40,8 +45,20 @@ class Rank:
     progress: Progress
     env: Env  # facts gathered from every rank
     folder: RunFolder | None  # rank 0 only: it records and prints
+    telemetry: Recorder | None = None  # None: telemetry is off
 
     def say(self, text: str) -> None:
         """Print on rank 0 only, so lines from several ranks never interleave."""
         if self.folder is not None:
             print(text, flush=True)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Mark a stage: telemetry is summarised per stage, and gathered to rank 0 at its end, so
+        every rank must mark the same stages in the same order. A stage marked inside another
+        one takes its place: the outer one then records nothing of its own."""
+        if self.telemetry is None:
+            yield
+            return
+        with self.telemetry.stage(name):
+            yield

@@ -7,8 +7,11 @@ quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.
 comm.wrong (all ops and pairs), comm.<intra|inter>.<op>.busbw_gbps.worst (the worst node or
 rail), comm.pairwise.<within|across>_nodes.gbps (class medians), comm.pairwise.flagged (slow
 nodes and ranks), nccl.* (what NCCL's log says: analyse/nccl.py), hardware.pcie.downtrained,
-train.<summary figure>, train.completed, train.alignment.<figure>, peaks.matmul.<dtype>.tflops,
-peaks.copy.gbps, and run.failed (only in a run that did not complete).
+hardware.affinity.far_from_gpu (ranks pinned across the socket from their GPU),
+train.<summary figure>, train.completed, train.alignment.<figure>, canary.completed and
+canary.alignment.<figure> (the numerics canary), peaks.matmul.<dtype>.tflops, peaks.copy.gbps,
+telemetry.<throttled|ecc_grown|stragglers> (analyse/telemetry.py), and run.failed (only in a
+run that did not complete).
 
 Beside the values: a note that puts a value in words for a verdict line, and for a metric
 this kind of run could have but this one has not, the reason (a CPU has no link table).
@@ -19,9 +22,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from clusterbench.analyse import nccl, pairs, teams
+from clusterbench.analyse import nccl, pairs, teams, telemetry
 from clusterbench.analyse.links import link_line
-from clusterbench.results.schema import CommRow, Run, Train
+from clusterbench.results.schema import CommRow, Run, Train, TrainSummary
 from clusterbench.units import BITS_PER_BYTE
 
 SMALL_MAX_BYTES = 64 * 1024  # below: latency-bound sizes
@@ -47,14 +50,15 @@ class Kind:
 KINDS: tuple[Kind, ...] = (
     Kind(r"comm\.(.*\.)?(wrong|flagged)", "lower"),
     Kind(r"comm\..*\.(busbw_gbps.*|link_share)", "higher"),
-    Kind(r"train\.completed|train\.alignment\.pass", "higher"),
-    Kind(r"train\.alignment\.mre", "lower", floor=0.002),
-    Kind(r"train\.alignment\.first_step_error", "lower", floor=0.0005),
-    Kind(r"train\.alignment\..*", None),
-    Kind(r"train\.peak_memory_bytes|hardware\.pcie\.downtrained|run\.failed", "lower"),
+    Kind(r"(train|canary)\.completed|(train|canary)\.alignment\.pass", "higher"),
+    Kind(r"(train|canary)\.alignment\.mre", "lower", floor=0.002),
+    Kind(r"(train|canary)\.alignment\.first_step_error", "lower", floor=0.0005),
+    Kind(r"(train|canary)\.alignment\..*", None),
+    Kind(r"train\.peak_memory_bytes|hardware\.(pcie\.downtrained|affinity\..*)|run\.failed", "lower"),
     Kind(r"nccl\.net\.socket_with_rdma|nccl\.p2p\.shm_between_nvlink_gpus", "lower"),
     Kind(r"nccl\.net\.gdr", "higher"),
     Kind(r"nccl\..*", None),
+    Kind(r"telemetry\..*", "lower"),
     Kind(r".*\.(tgs|padded_tgs|tflops_per_device|mfu|hfu|tflops|gbps)", "higher"),
 )
 
@@ -94,9 +98,13 @@ def metrics_of(run: Run) -> Metrics:
     m = Metrics()
     _comm(run, m)
     _hardware(run, m)
+    _affinity(run, m)
     _train(run.train, m)
+    _train(run.canary, m, "canary")
     _peaks(run, m)
     for name, (value, note) in nccl.values(run).items():
+        m.put(name, value, note)
+    for name, (value, note) in telemetry.values(run).items():
         m.put(name, value, note)
     if m.values.get("nccl.nvls") and m.values.get("comm.all_reduce.link_share", 0) > 1:
         m.notes["comm.all_reduce.link_share"] += ("; NCCL set up NVLS channels (its log), and NVLS reduces in the "
@@ -202,39 +210,67 @@ def _hardware(run: Run, m: Metrics) -> None:
               else f"{len(gpus)} GPUs at their link's generation and width under load")
 
 
-def _train(train: Train | None, m: Metrics) -> None:
+def _affinity(run: Run, m: Metrics) -> None:
+    """Ranks whose CPUs all sit on another NUMA node than their GPU (docs/methodology.md §12)."""
+    placed = [p for p in run.env.ranks if p.device_numa is not None and p.cpu_numa]
+    if not placed:
+        m.absent["hardware.affinity.far_from_gpu"] = "no rank's GPU has a known NUMA node"
+        return
+    far = [p for p in placed if p.device_numa not in p.cpu_numa]
+    loose = [p for p in placed if p.device_numa in p.cpu_numa and len(p.cpu_numa) > 1]
+    if far:
+        p = far[0]
+        note = (f"{len(far)} of {len(placed)} ranks may run only on CPUs of another NUMA node than their GPU, "
+                f"e.g. rank {p.rank} on {p.node} ({p.device}, NUMA {p.device_numa}) on CPUs {p.cpus} (NUMA "
+                f"{', '.join(map(str, p.cpu_numa))}): every copy to and from the GPU crosses the socket link")
+    elif loose:
+        note = (f"{len(loose)} of {len(placed)} ranks are not pinned near their GPU (their CPUs span NUMA nodes "
+                f"{', '.join(map(str, loose[0].cpu_numa))}); pinning each to its GPU's node avoids the socket link")
+    else:
+        note = f"all {len(placed)} ranks run on their GPU's NUMA node"
+    m.put("hardware.affinity.far_from_gpu", len(far), note)
+
+
+def _train(train: Train | None, m: Metrics, section: str = "train") -> None:
+    """The train section's figures, or the canary's (only whether it completed and aligned)."""
     if train is None:
-        m.not_run["train"] = "the train stage did not run"
+        if section == "train":
+            m.not_run["train"] = "the train stage did not run"
         return
     s = train.summary
     steps = len(train.losses)
     if s is None:
-        m.put("train.completed", 0, f"the run stopped after {steps} steps")
+        m.put(f"{section}.completed", 0, f"the run stopped after {steps} steps")
     else:
         speed = f"{steps} steps, tgs {s.tgs or 0:,.0f} tokens/device/s"
         if s.tflops_per_device is not None:
             speed += f", {s.tflops_per_device:.4g} TFLOPS/device"
-        m.put("train.completed", s.status == "complete", speed if s.status == "complete" else s.stop_reason)
-        for key in _TRAIN_FIGURES:
-            value = getattr(s, key)
-            if value is not None:
-                m.put(f"train.{key}", value)
-        if s.mfu is not None:
-            m.notes["train.mfu"] = f"{s.mfu:.1%} of {s.peak_source}"
-        else:
-            m.absent["train.mfu"] = "no FLOPs formula for this model (Llama-style configs only)"
+        m.put(f"{section}.completed", s.status == "complete", speed if s.status == "complete" else s.stop_reason)
+    if section == "train" and s is not None:
+        _speed(s, m)
     a = train.alignment
     if a is None:
-        m.absent["train.alignment.pass"] = train.reference_note or "no reference curve matches this task"
+        m.absent[f"{section}.alignment.pass"] = train.reference_note or "no reference curve matches this task"
         return
     for key in _ALIGNMENT_FIGURES:
         value = getattr(a, key)
         if value is not None:
-            m.put(f"train.alignment.{key}", value)
+            m.put(f"{section}.alignment.{key}", value)
     figures = (f"MRE {a.mre:.4f} (limit {a.mre_limit:g}), variance {a.variance:.3g} (limit {a.variance_limit:.3g})"
                if a.mre is not None and a.variance is not None else "; ".join(a.reasons))
     why = f": {'; '.join(a.reasons)}" if a.reasons and a.mre is not None else ""
-    m.put("train.alignment.pass", a.verdict == "PASS", f"{figures} vs {a.reference}{why}")
+    m.put(f"{section}.alignment.pass", a.verdict == "PASS", f"{figures} vs {a.reference}{why}")
+
+
+def _speed(s: TrainSummary, m: Metrics) -> None:
+    for key in _TRAIN_FIGURES:
+        value = getattr(s, key)
+        if value is not None:
+            m.put(f"train.{key}", value)
+    if s.mfu is not None:
+        m.notes["train.mfu"] = f"{s.mfu:.1%} of {s.peak_source}"
+    else:
+        m.absent["train.mfu"] = "no FLOPs formula for this model (Llama-style configs only)"
 
 
 def _peaks(run: Run, m: Metrics) -> None:

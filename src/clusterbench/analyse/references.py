@@ -57,7 +57,9 @@ def choose(asked: str | None, shipped: str, config: TrainConfig) -> tuple[LossRe
     A reference the user names must fit the task (UsageError otherwise); the shipped one for
     this preset, device and dtype is used only when it fits the task and the recipe."""
     if asked is None and shipped not in shipped_names():
-        return None, None, None
+        return None, None, (f"clusterbench ships no reference curve for {config.preset} in {config.dtype} on this "
+                            f"device type yet ({shipped}: one is made on such hardware with `clusterbench train "
+                            "--repeats K --save-reference FILE`, docs/methodology.md §5)")
     ref, label = load(asked or shipped)
     why = mismatch(ref, config)
     if asked is not None:

@@ -5,6 +5,9 @@
         metric: comm.all_reduce.link_share      # glob, or "re:<regex>"; or a list of them
         function: value                         # value: the metric; change: (value - baseline) / baseline;
                                                 # expected: value / the run's expected figure
+        origin: [shipped, file]                 # expected only: whose figures (given: --expect-busbw,
+                                                # file: --expected FILE, shipped: the shipped table);
+                                                # default all
         criteria: ">= 0.6"                      # <, <=, >, >=, ==, != and a number
         level: WARN                             # what a miss is: WARN or FAIL (default)
         missing: skip                           # no such metric in this run: error (default: a typo
@@ -30,8 +33,10 @@ from typing import Any
 
 import yaml
 
+from clusterbench.analyse.expected import whose
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
+from clusterbench.results.schema import Expected
 
 FUNCTIONS = ("value", "change", "expected")
 LEVELS = ("WARN", "FAIL")
@@ -40,7 +45,8 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt,
 }
 _CRITERIA = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)\s*")
-_KEYS = {"name", "metric", "function", "criteria", "summary", "level", "missing"}
+_KEYS = {"name", "metric", "function", "criteria", "summary", "level", "missing", "origin"}
+ORIGINS = ("given", "file", "shipped")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Rule:
     summary: str = ""
     level: str = "FAIL"
     missing: str = "error"
+    origin: tuple[str, ...] = ORIGINS  # the expected figures a rule of function expected judges against
 
     def test(self, x: float) -> bool:
         op, limit = _parse_criteria(self.criteria, self.name)
@@ -126,7 +133,12 @@ def _rule(item: Any, index: int, path: Path) -> Rule:
             raise UsageError(f"{where}: {key} {chosen[key]!r} is not one of {', '.join(allowed)}")
     criteria = str(item.get("criteria", ""))
     _parse_criteria(criteria, where)
-    return Rule(name, tuple(patterns), criteria=criteria, summary=str(item.get("summary") or ""), **chosen)
+    origin = item.get("origin", list(ORIGINS))
+    origin = [origin] if isinstance(origin, str) else origin
+    if not isinstance(origin, list) or not origin or not set(origin) <= set(ORIGINS):
+        raise UsageError(f"{where}: origin {item.get('origin')!r} must be one or more of {', '.join(ORIGINS)}")
+    return Rule(name, tuple(patterns), criteria=criteria, summary=str(item.get("summary") or ""),
+                origin=tuple(origin), **chosen)
 
 
 def _parse_criteria(text: str, where: str) -> tuple[str, float]:
@@ -143,7 +155,7 @@ def matches(pattern: str, name: str) -> bool:
 
 
 def evaluate(rules: list[Rule], metrics: Metrics, baseline: dict[str, float] | None = None,
-             expected: dict[str, float] | None = None, strict: bool = True) -> list[RuleResult]:
+             expected: dict[str, Expected] | None = None, strict: bool = True) -> list[RuleResult]:
     """Judge `metrics`: their values, their change against `baseline`, or their share of `expected`.
 
     A rule whose metric is missing and says `missing: error` is a UsageError when `strict`;
@@ -153,11 +165,12 @@ def evaluate(rules: list[Rule], metrics: Metrics, baseline: dict[str, float] | N
         if rule.function == "change" and baseline is None:
             raise UsageError(f"rule {rule.name!r} uses function change and needs a baseline: "
                              "give a second run or --baseline")
-        reference = {"change": baseline, "expected": expected or {}}.get(rule.function)
+        figures = {name: e.value for name, e in (expected or {}).items() if e.origin in rule.origin}
+        reference = {"change": baseline, "expected": figures}.get(rule.function)
         names = sorted(n for n in metrics.values if any(matches(p, n) for p in rule.patterns)
                        and (rule.function != "expected" or n in reference))
         if names:
-            results += [_judge(rule, name, metrics, reference) for name in names]
+            results += [_judge(rule, name, metrics, reference, (expected or {}).get(name)) for name in names]
         elif rule.missing != "ignore":
             result = _not_judged(rule, metrics)
             if strict and rule.missing == "error" and result.verdict != "SKIP":
@@ -186,7 +199,8 @@ def _not_judged(rule: Rule, metrics: Metrics) -> RuleResult:
                       f"not judged: {why}")
 
 
-def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] | None) -> RuleResult:
+def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] | None,
+           figure: Expected | None) -> RuleResult:
     value = metrics.values[name]
     base = reference.get(name) if reference is not None else None
     checked: float | None = value
@@ -197,7 +211,8 @@ def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] 
         words += f" ({'no baseline value' if checked is None else f'{checked:+.1%} against the baseline'})"
     elif rule.function == "expected":
         checked = value / base if base else None
-        words += f" = {checked:.0%} of the expected figure" if checked is not None else ""
+        source = whose(figure) if figure else "the expected figure"
+        words += f" = {checked:.0%} of {source}" if checked is not None else ""
     ok = checked is not None and rule.test(checked)
     if not ok:
         subject = {"value": name, "change": "change", "expected": "value / expected"}[rule.function]

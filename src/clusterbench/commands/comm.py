@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from clusterbench import args as argtypes
+from clusterbench.analyse import expected
 from clusterbench.analyse.verdicts import conclude_stage
 from clusterbench.comm import options
 from clusterbench.comm.bench import run_comm
@@ -21,7 +22,9 @@ def prepare(args: argparse.Namespace, plan: Plan) -> CommOptions:
 
 
 def conclude(run: Run, opts: CommOptions, run_dir: Path) -> int:
-    """Any wrong element fails the run (exit 1), naming the op and size."""
+    """What systems like this measure, printed and kept; any wrong element fails the run (exit 1),
+    naming the op and size."""
+    expected.conclude(run)
     return conclude_stage(run, "comm")
 
 

@@ -1,4 +1,5 @@
-"""`clusterbench run`: the hardware picture, peaks, comm sweep, SFT with alignment, verdicts, report.
+"""`clusterbench run`: the hardware picture, peaks, comm sweep, the numerics canary, SFT with alignment,
+verdicts, report.
 
 The stages are a list walked in order on every rank, each one entry: its name, its typed
 options and the same per-rank work its own command runs. run's per-hardware defaults are
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import args as argtypes
+from clusterbench.analyse import expected as expected_figures
 from clusterbench.analyse.rules import Rule, default_rules, load_rules
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.comm import options as comm_options
@@ -26,13 +28,13 @@ from clusterbench.errors import UsageError
 from clusterbench.harness import Plan, RankCommand
 from clusterbench.hw import stages as hw_stages
 from clusterbench.rank import Rank
-from clusterbench.results.schema import CommOptions, Run
+from clusterbench.results.schema import CommOptions, Expected, Run
 from clusterbench.train import job as train_job
 from clusterbench.train import options as train_options
 from clusterbench.train.bench import run_train
 from clusterbench.units import BITS_PER_BYTE
 
-SKIPPABLE = ("comm", "train")
+SKIPPABLE = ("comm", "canary", "train")
 # What the comm sweep covers, per hardware; unset, --max-bytes on a GPU keeps comm's own cap at free memory.
 COMM_DEFAULTS: dict[str, dict[str, Any]] = {"cpu": {"ops": tuple(ALL_OPS), "max_bytes": 16 * 1024**2},
                                             "cuda": {"ops": tuple(ALL_OPS)}}
@@ -49,6 +51,7 @@ class RunOptions:
     comm_args: str = ""
     train_args: str = ""
     expect_busbw: float | None = None  # GB/s
+    expected: tuple[Path, ...] = ()  # the team's own tables of expected figures (or baselines)
     peak_seconds: float = 0.5
     rules: Path | None = None
 
@@ -65,7 +68,10 @@ class RunPlan:
     stages: tuple[Stage, ...]
     train: train_job.TrainJob | None  # judged against its reference after the ranks
     rules: tuple[Rule, ...]
-    expected: dict[str, float] = field(default_factory=dict)
+    expected: dict[str, Expected] = field(default_factory=dict)  # given on the command line
+    tables: tuple[list[expected_figures.System], ...] = ()  # matched against the run's facts at the end
+    canary: train_job.TrainJob | None = None
+    canary_note: str | None = None  # why there is no canary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -75,9 +81,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-args", help="options for the train stage, as for `clusterbench train`")
     p.add_argument("--expect-busbw", type=argtypes.real(0.0), metavar="GBPS",
                    help="FAIL when all_reduce busbw (GB/s) at the largest sizes is below 0.9 x this")
+    add_expected_argument(p)
     p.add_argument("--peak-seconds", type=argtypes.real(0.0), help="seconds per measured peak (default 0.5)")
     p.add_argument("--rules", type=Path, metavar="YAML",
                    help="the rules that give the verdicts (default: the shipped default_rules.yaml)")
+
+
+def add_expected_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--expected", action="append", type=Path, metavar="FILE",
+                   help="your fleet's expected figures (the form of the shipped expected_figures.yaml, or a "
+                        "clusterbench baseline), compared before the shipped table (repeatable)")
 
 
 class _StageParser(argparse.ArgumentParser):
@@ -117,30 +130,51 @@ def prepare(args: argparse.Namespace, plan: Plan) -> RunPlan:
         comm_options.validate(comm, plan.world_size, plan.device_type, None if plan.joined else plan.world_size,
                               plan.dist.backend)
         stages.append(Stage("comm", run_comm, comm))
-    train = None
+    train = canary = None
+    canary_note = None
     if "train" not in opts.skip:
         given = stage_options(train_options.add_arguments, train_options.TrainOptions, opts.train_args,
                               "--train-args")
         train = train_job.build(train_options.build(given), plan.device_type, plan.world_size)
+        if "canary" not in opts.skip:
+            canary, canary_note = _canary(train, plan)
+        if canary is not None:
+            stages.append(Stage("canary", run_train, canary))
         stages.append(Stage("train", run_train, train))
     # --expect-busbw is in GB/s; run.json keeps busbw in Gbps.
-    expected = {EXPECTED_BUSBW_METRIC: opts.expect_busbw * BITS_PER_BYTE} if opts.expect_busbw else {}
-    return RunPlan(tuple(stages), train, tuple(rules), expected)
+    expected = {EXPECTED_BUSBW_METRIC: Expected(opts.expect_busbw * BITS_PER_BYTE, "given", "this cluster",
+                                                "--expect-busbw")} if opts.expect_busbw else {}
+    tables = tuple(expected_figures.tables(list(opts.expected or ())))  # a bad file fails before any rank starts
+    return RunPlan(tuple(stages), train, tuple(rules), expected, tables, canary, canary_note)
+
+
+def _canary(train: train_job.TrainJob, plan: Plan) -> tuple[train_job.TrainJob | None, str | None]:
+    """The numerics canary, unless the train stage already is its task; or why it cannot run."""
+    if train.reference_label == train_job.CANARY_REFERENCE:
+        return None, None
+    try:
+        return train_job.canary(plan.world_size), None
+    except UsageError as e:
+        return None, f"the numerics canary cannot run here: {e}"
 
 
 def work(rank: Rank, plan: RunPlan) -> None:
     for i, stage in enumerate(plan.stages, 1):
         rank.say(f"\n== [{i}/{len(plan.stages)}] {stage.name}")
-        stage.work(rank, stage.options)
+        with rank.stage(stage.name):
+            stage.work(rank, stage.options)
 
 
 def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
     """Judge the run by its rules, keep the verdicts, write the report, print the summary."""
     from clusterbench.report.html import render_report  # matplotlib: only the concluding process
 
-    if plan.train is not None:
-        train_job.judge(run, plan.train)
-    run.expected = dict(plan.expected)
+    if plan.canary_note:
+        print(f"# {plan.canary_note}", flush=True)
+    for job in (plan.canary, plan.train):
+        if job is not None:
+            train_job.judge(run, job)
+    expected_figures.attach(run, list(plan.tables), plan.expected)
     run.verdicts = judge(run, list(plan.rules))
     run.verdict = overall(run.verdicts)
     report = render_report(run_dir, run)

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from clusterbench import args as argtypes
+from clusterbench.analyse import expected
 from clusterbench.analyse.verdicts import conclude_stage
 from clusterbench.harness import Plan, RankCommand
 from clusterbench.results.schema import Run
@@ -24,6 +25,7 @@ def prepare(args: argparse.Namespace, plan: Plan) -> job.TrainJob:
 
 def conclude(run: Run, train_job: job.TrainJob, run_dir: Path) -> int:
     job.judge(run, train_job)
+    expected.conclude(run)
     return conclude_stage(run, "train")
 
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from clusterbench import limits
 from clusterbench.hw import peaks
-from clusterbench.hw.host import numa_of
-from clusterbench.hw.nvml import call, text
+from clusterbench.hw.host import numa_of_pci
+from clusterbench.hw.nvml import bus_key, call, text, uuid_key
 from clusterbench.results.hardware import Gpu, NvLink, PcieLink
 
 # NVML C enum values (a stable ABI), kept literal so a fake NVML needs no constants.
@@ -42,7 +40,7 @@ _SAMPLE_INTERVAL_S = 0.05
 def gpu(nvml: Any, index: int, handle: Any) -> Gpu:
     name = text(call(nvml, "nvmlDeviceGetName", handle))
     pci = call(nvml, "nvmlDeviceGetPciInfo", handle)
-    bus_id = _bus_key(text(pci.busId)) if pci is not None else None
+    bus_id = bus_key(text(pci.busId)) if pci is not None else None
     memory = call(nvml, "nvmlDeviceGetMemoryInfo", handle)
     links = _nvlinks(nvml, handle)
     active = [link for link in links if link.active]
@@ -52,7 +50,7 @@ def gpu(nvml: Any, index: int, handle: Any) -> Gpu:
         name=name,
         uuid=text(call(nvml, "nvmlDeviceGetUUID", handle)),
         bus_id=bus_id,
-        numa_node=numa_of(Path("/sys/bus/pci/devices") / bus_id) if bus_id else None,
+        numa_node=numa_of_pci(bus_id) if bus_id else None,
         memory_bytes=memory.total if memory is not None else None,
         peak_bf16_tflops=limits.peak_tflops(name, "bfloat16") if name else None,
         nvlink_links=links,
@@ -104,7 +102,7 @@ def _nvlinks(nvml: Any, handle: Any) -> list[NvLink]:
             active=active,
             version=_NVLINK_ENUM_TO_GEN.get(raw_version),
             nvml_version=raw_version,
-            remote_bus_id=_bus_key(text(remote.busId)) if remote is not None else None,
+            remote_bus_id=bus_key(text(remote.busId)) if remote is not None else None,
             remote_type=_NVLINK_REMOTE_TYPES.get(remote_type),
         ))
     return links
@@ -166,22 +164,3 @@ def pcie_under_load(nvml: Any, handles: list[Any], devices: list[int] | None,
         best = [max((v for v in col if v is not None), default=None) for col in zip(*samples[i])]
         readings.append(_pcie_link(*best, under_load=True))
     return readings
-
-
-def handle_of(nvml: Any, uuid: str) -> Any:
-    """The NVML handle of the GPU torch calls `uuid`, or None."""
-    return call(nvml, "nvmlDeviceGetHandleByUUID", f"GPU-{uuid_key(uuid)}")
-
-
-def uuid_key(uuid: str | None) -> str:
-    # NVML says "GPU-<uuid>", torch says "<uuid>".
-    return (uuid or "").lower().removeprefix("gpu-")
-
-
-def _bus_key(bus_id: str) -> str:
-    """NVML's "00000000:18:00.0" as sysfs spells it, "0000:18:00.0", so ids compare."""
-    match = re.fullmatch(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])", bus_id.strip())
-    if not match:
-        return bus_id.strip().lower()
-    domain, bus, device, function = match.groups()
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"

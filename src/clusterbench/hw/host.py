@@ -34,6 +34,11 @@ def numa_of(device: Path) -> int | None:
     return node if node is not None and node >= 0 else None
 
 
+def numa_of_pci(bus_id: str) -> int | None:
+    """The NUMA node of a PCI device by its sysfs address (0000:18:00.0)."""
+    return numa_of(Path("/sys/bus/pci/devices") / bus_id)
+
+
 def cpu() -> Cpu:
     model = None
     for line in (read(Path("/proc/cpuinfo")) or "").splitlines():

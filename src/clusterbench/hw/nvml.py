@@ -6,6 +6,7 @@ replaces load() with a fake and the whole hardware picture follows from that fak
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -57,3 +58,22 @@ def text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def handle_of(nvml: Any, uuid: str) -> Any:
+    """The NVML handle of the GPU torch calls `uuid`, or None."""
+    return call(nvml, "nvmlDeviceGetHandleByUUID", f"GPU-{uuid_key(uuid)}")
+
+
+def uuid_key(uuid: str | None) -> str:
+    # NVML says "GPU-<uuid>", torch says "<uuid>".
+    return (uuid or "").lower().removeprefix("gpu-")
+
+
+def bus_key(bus_id: str) -> str:
+    """NVML's "00000000:18:00.0" as sysfs spells it, "0000:18:00.0", so ids compare."""
+    match = re.fullmatch(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])", bus_id.strip())
+    if not match:
+        return bus_id.strip().lower()
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"

@@ -52,7 +52,7 @@ def own_pcie_under_load(device_index: int, uuid: str) -> PcieLink | None:
     with nvml.session() as (lib, _):
         if lib is None:
             return None
-        handle = gpus.handle_of(lib, uuid)
+        handle = nvml.handle_of(lib, uuid)
         if handle is None:
             return None
         return gpus.pcie_under_load(lib, [handle], [device_index], PCIE_LOAD_SECONDS)[0]
@@ -60,7 +60,7 @@ def own_pcie_under_load(device_index: int, uuid: str) -> PcieLink | None:
 
 def with_pcie_readings(info: Hardware, readings: dict[str, PcieLink]) -> Hardware:
     """The picture with the loaded readings (by GPU UUID) that ranks on this host took."""
-    keyed = {gpus.uuid_key(uuid): link for uuid, link in readings.items()}
-    found = [replace(g, pcie=keyed[gpus.uuid_key(g.uuid)]) if gpus.uuid_key(g.uuid) in keyed else g
+    keyed = {nvml.uuid_key(uuid): link for uuid, link in readings.items()}
+    found = [replace(g, pcie=keyed[nvml.uuid_key(g.uuid)]) if nvml.uuid_key(g.uuid) in keyed else g
              for g in info.gpus]
     return replace(info, gpus=found)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clusterbench.analyse.metrics import metrics_of
 from clusterbench.analyse.verdicts import judge, overall
-from clusterbench.report import comm, train
+from clusterbench.report import comm, telemetry, train
 from clusterbench.report.blocks import badge, esc, section
+from clusterbench.report.expected import expected_section
 from clusterbench.report.hardware import hardware_section, peaks_section
 from clusterbench.report.pairs import pairs_section
+from clusterbench.report.placement import placement_section
 from clusterbench.report.style import CSS
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run
@@ -22,6 +25,8 @@ from clusterbench.results.schema import Run, Verdict
 from clusterbench.units import ranks_text
 
 REPORT_NAME = "report.html"
+CANARY_LEAD = ("The tiny float32 task with TF32 off, trained on this hardware and held against the curve it "
+               "makes on CPUs: a device that computes wrong numbers departs from it (docs/methodology.md §5).")
 
 
 def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
@@ -32,12 +37,13 @@ def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
     run = run if run is not None else load_run(run_dir)
     folder = Path(run_dir)
     folder = folder if folder.is_dir() else folder.parent
-    return write_text(folder / REPORT_NAME, page(run), "report")
+    return write_text(folder / REPORT_NAME, page(run, folder), "report")
 
 
 def expected_plots(run: Run) -> int:
     """How many inline SVG plots page(run) holds; the browser test checks the DOM against it."""
-    return comm.plot_count(run) + bool(run.pairs) + (train.plot_count(run.train) if run.train else 0)
+    return (comm.plot_count(run) + bool(run.pairs) + sum(train.plot_count(t) for t in (run.canary, run.train) if t)
+            + telemetry.plot_count(run))
 
 
 def verdicts(run: Run) -> list[Verdict]:
@@ -45,20 +51,32 @@ def verdicts(run: Run) -> list[Verdict]:
     return run.verdicts or judge(run)
 
 
-def page(run: Run) -> str:
+def page(run: Run, run_dir: Path | None = None) -> str:
+    """The report; run_dir is where telemetry.csv may lie (without it, telemetry is plotted from run.json)."""
     parts = [_verdict_section(verdicts(run))]
+    metrics = metrics_of(run)
+    if run.expected or run.expected_note:
+        parts.append(expected_section(run, metrics))
     if run.hardware:
         parts.append(hardware_section(run.hardware))
+    if any(p.cpus for p in run.env.ranks):
+        parts.append(placement_section(run, metrics))
     if run.peaks:
         parts.append(peaks_section(run.peaks, run.hardware))
     if run.comm:
         parts.append(comm.comm_section(run))
     if run.pairs:
         parts.append(pairs_section(run))
+    if run.canary:
+        parts.append(train.train_section(run.canary, "canary", "Numerics canary", CANARY_LEAD))
     if run.train:
         parts.append(train.train_section(run.train))
-    anchors = [("verdicts", "Verdicts"), ("hardware", "Hardware"), ("peaks", "Peaks"),
-               ("comm", "Communication"), ("pairs", "Pairwise links"), ("train", "Fine-tuning")]
+    if run.telemetry:
+        parts.append(telemetry.telemetry_section(run, run_dir))
+    anchors = [("verdicts", "Verdicts"), ("expected", "Expected"), ("hardware", "Hardware"),
+               ("placement", "Placement"), ("peaks", "Peaks"),
+               ("comm", "Communication"), ("pairs", "Pairwise links"), ("canary", "Canary"),
+               ("train", "Fine-tuning"), ("telemetry", "Telemetry")]
     body = "".join(parts)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in anchors if f'<section id="{a}"' in body)
     title = f"clusterbench {run.command} on {run.env.hostname or '?'}"

@@ -5,8 +5,8 @@ report must open offline, years later, from a mail attachment or a CI artifact. 
 SVG needs no script, no network and no plugin; it stays sharp at any zoom, prints, and
 its text is searchable. matplotlib is already the plotting tool of this field, renders
 without a display through its Agg backend, and adds no bundled JS for anyone to audit
-or update. The cost is no hover tooltips, so the tables beside each plot carry the
-exact numbers.
+or update. The cost is no hover tooltips, so the tables (beside a plot or one click
+away) carry the exact numbers.
 
 Several SVGs share one HTML document and so one id namespace, while matplotlib numbers
 its ids per figure (figure_1, clip paths, glyphs): every id in a plot, and every
@@ -18,7 +18,8 @@ from __future__ import annotations
 import io
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -64,33 +65,136 @@ def _svg(fig: Figure, name: str) -> str:
     return svg.replace("<svg", f'<svg class="plot" data-plot="{name}" role="img"', 1)
 
 
-def _size_axis(ax: plt.Axes) -> None:
+Span = tuple[float, float]
+# The two figure sizes of the comm section (inches): a pair side by side, and a small multiple.
+PAIR_SIZE = (4.8, 3.3)
+PANEL_SIZE = (3.6, 2.6)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One series against message size; `band` (low, high per size) shades a spread around it."""
+
+    sizes: Sequence[int]
+    values: Sequence[float]
+    band: tuple[Sequence[float], Sequence[float]] | None = None
+
+
+@dataclass(frozen=True)
+class Scales:
+    """Axis ranges shared by the plots of a section, so that small multiples compare at a glance."""
+
+    sizes: Span | None = None
+    busbw: Span | None = None
+    latency: Span | None = None
+
+
+def log_span(values: Iterable[float]) -> Span | None:
+    """The positive values' range with a margin on log axes; None when none is positive."""
+    positive = [v for v in values if v > 0]
+    return (min(positive) / 1.3, max(positive) * 1.3) if positive else None
+
+
+def _plain(v: float, _: object = None) -> str:
+    return f"{v:,.0f}" if v >= 1 else f"{v:g}"
+
+
+def _size_axis(ax: plt.Axes, span: Span | None) -> None:
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(LogLocator(base=4))
+    # numticks keeps the size labels apart on a small multiple as well as on a full plot.
+    ax.xaxis.set_major_locator(LogLocator(base=4, numticks=6))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
     ax.set_xlabel("message size (Size column, bytes)")
+    if span:
+        ax.set_xlim(*span)
+
+
+def _value_axis(ax: plt.Axes, label: str, span: Span | None) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.set_ylabel(label)
+    if span:
+        ax.set_ylim(*span)
+    ax.grid(True, which="major", linewidth=0.6)
+
+
+def _draw(ax: plt.Axes, curve: Curve, color: str, label: str) -> None:
+    """The curve's positive points (log axes), and its band where it has one."""
+    points = [(s, v) for s, v in zip(curve.sizes, curve.values) if v > 0]
+    if points:
+        ax.plot(*zip(*points), marker="o", markersize=3, linewidth=1.6, color=color, label=label)
+    if curve.band:
+        low, high = curve.band
+        ax.fill_between(curve.sizes, low, high, color=color, alpha=0.18, linewidth=0, label="p50–p99 of calls")
+
+
+def _draw_all(ax: plt.Axes, curves: dict[str, Curve], colors: Sequence[str]) -> None:
+    for (label, curve), color in zip(curves.items(), itertools.cycle(colors)):
+        _draw(ax, curve, color, label)
+
+
+def _draw_busbw(ax: plt.Axes, curves: dict[str, Curve], unit_label: str, line: float | None, line_label: str,
+                scales: Scales, colors: Sequence[str]) -> None:
+    _draw_all(ax, curves, colors)
+    if line:
+        ax.axhline(line, color=_INK, linestyle="--", linewidth=1, label=line_label)
+    _value_axis(ax, f"busbw ({unit_label})", scales.busbw)
+
+
+def _draw_latency(ax: plt.Axes, curves: dict[str, Curve], scales: Scales, colors: Sequence[str]) -> None:
+    _draw_all(ax, curves, colors)
+    _value_axis(ax, "time per call (µs)", scales.latency)
+
+
+def _legend(ax: plt.Axes, loc: str, fontsize: int = 8, ncol: int = 1) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, loc=loc, ncol=ncol)
 
 
 def busbw_plot(
-    name: str, series: dict[str, tuple[Sequence[int], Sequence[float]]],
-    line_gbs: float | None = None, line_label: str = "",
+    name: str, curves: dict[str, Curve], unit_label: str, line: float | None = None, line_label: str = "",
+    scales: Scales = Scales(), size: tuple[float, float] = PAIR_SIZE, colors: Sequence[str] = PALETTE,
+    named: bool = True,
 ) -> str:
-    """busbw (GB/s) against size on log-log axes, one series per op, and the link line."""
+    """busbw (in the page's unit) against size on log-log axes, one line per curve, and the link line.
+
+    named=False leaves the curves out of the legend, for a plot beside a latency plot that names them.
+    """
     with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(6.4, 3.4))
-        for (label, (sizes, gbs)), color in zip(series.items(), itertools.cycle(PALETTE)):
-            positive = [(s, v) for s, v in zip(sizes, gbs) if v > 0]
-            if positive:
-                ax.plot(*zip(*positive), marker="o", markersize=3, linewidth=1.6, color=color, label=label)
-        if line_gbs:
-            ax.axhline(line_gbs, color=_INK, linestyle="--", linewidth=1, label=line_label)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        _size_axis(ax)
-        ax.set_ylabel("busbw (GB/s)")
-        ax.grid(True, which="major", linewidth=0.6)
+        fig, ax = plt.subplots(figsize=size)
+        if not named:
+            curves = {f"_{label}": curve for label, curve in curves.items()}  # "_" keeps a label out
+        _draw_busbw(ax, curves, unit_label, line, line_label, scales, colors)
+        _size_axis(ax, scales.sizes)
         # busbw rises with size, so the lower right corner is the empty one.
-        ax.legend(fontsize=8, loc="lower right", ncol=2 if len(series) > 4 else 1)
+        _legend(ax, "lower right", fontsize=7 if size[0] < PAIR_SIZE[0] else 8, ncol=2 if len(curves) > 4 else 1)
+    return _svg(fig, name)
+
+
+def latency_plot(name: str, curves: dict[str, Curve], scales: Scales = Scales(),
+                 size: tuple[float, float] = PAIR_SIZE, colors: Sequence[str] = PALETTE) -> str:
+    """Time per call (µs) against size on log-log axes: the figure small messages are judged by."""
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=size)
+        _draw_latency(ax, curves, scales, colors)
+        _size_axis(ax, scales.sizes)
+        # Time is flat then rises with size, so the upper left corner is the empty one.
+        _legend(ax, "upper left", ncol=2 if len(curves) > 4 else 1)
+    return _svg(fig, name)
+
+
+def op_panel_plot(name: str, busbw: Curve, latency: Curve, unit_label: str, line: float | None,
+                  line_label: str, scales: Scales, color: str) -> str:
+    """A small multiple: busbw above time per call, on one size axis, at the section's shared scales."""
+    with plt.rc_context(_STYLE):
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(PANEL_SIZE[0], 4.2), sharex=True,
+                                          gridspec_kw={"hspace": 0.12})
+        # The panel's title names the op: only the link line needs a legend entry ("_" hides one).
+        _draw_busbw(top, {"_busbw": busbw}, unit_label, line, line_label, scales, [color])
+        _draw_latency(bottom, {"Duration (mean)": latency}, scales, [color])
+        _size_axis(bottom, scales.sizes)
+        _legend(top, "lower right", fontsize=7)
+        _legend(bottom, "upper left", fontsize=7)
     return _svg(fig, name)
 
 

@@ -9,9 +9,9 @@ body { margin:0; background:var(--bg); color:var(--ink); line-height:1.45;
   font:14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
 header.top { background:#111827; color:#f9fafb; padding:22px 32px 18px; }
 header.top h1 { margin:0 0 4px; font-size:22px; font-weight:650; letter-spacing:-0.01em; }
-header.top .meta { color:#9ca3af; font-size:13px; }
+header.top .meta { color:#9ca3af; font-size:13px; overflow-wrap:anywhere; }
 header.top .meta b { color:#e5e7eb; font-weight:500; }
-nav { display:flex; gap:16px; margin-top:12px; font-size:13px; }
+nav { display:flex; flex-wrap:wrap; gap:4px 16px; margin-top:12px; font-size:13px; }
 nav a { color:#93c5fd; text-decoration:none; }
 main { max-width:1180px; margin:0 auto; padding:20px 32px 48px; }
 section { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:18px 22px;
@@ -50,13 +50,22 @@ td.nv { background:#d1fae5; color:#065f46; } td.pcie { background:#dbeafe; color
 td.host { background:#fef3c7; color:#92400e; } td.sys { background:#fee2e2; color:#991b1b; } td.self { color:#9ca3af; }
 .op { display:grid; grid-template-columns:minmax(0, 1.1fr) minmax(0, 1fr); gap:18px; align-items:start;
   border-top:1px solid var(--line); padding-top:6px; }
-@media (max-width:900px) { .op { grid-template-columns:1fr; } }
+@media (max-width:900px) { .op { grid-template-columns:minmax(0, 1fr); } }
 svg.plot { width:100%; height:auto; display:block; }
-.wide { max-width:760px; }
+/* Busbw beside time per call, one above the other where two would not fit. */
+.pair { display:grid; grid-template-columns:repeat(auto-fit, minmax(min(380px, 100%), 1fr)); gap:14px; }
+/* Small multiples: as many columns of panels as fit, one on a phone. */
+.multiples { display:grid; grid-template-columns:repeat(auto-fill, minmax(min(290px, 100%), 1fr)); gap:12px;
+  margin:8px 0 10px; }
+.panel { margin:0; min-width:0; border:1px solid var(--line); border-radius:8px; padding:8px 10px; }
+.panel figcaption { font-weight:600; margin-bottom:4px; }
+.panel p { margin:6px 0 0; font-size:12px; color:var(--muted); }
 details summary { cursor:pointer; color:var(--accent); margin:6px 0; }
 .note { border-radius:6px; padding:8px 12px; margin:8px 0; font-size:13px; background:#eff6ff; color:#1e3a8a; }
 .note.warn { background:var(--warn-bg); color:#78350f; } .note.fail { background:var(--fail-bg); color:#7f1d1d; }
 .bad { color:var(--fail); font-weight:700; }
 footer { color:var(--muted); font-size:12px; text-align:center; margin-top:24px; }
+@media (max-width:600px) { header.top { padding:16px 14px 14px; } main { padding:12px 8px 32px; }
+  section { padding:14px 12px; } }
 code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:12px; }
 """

@@ -17,7 +17,7 @@ def plot_count(train: Train) -> int:
     return 1 if train.losses else 0
 
 
-def train_section(train: Train) -> str:
+def train_section(train: Train, anchor: str = "train", title: str = "Fine-tuning", lead: str = "") -> str:
     s = train.summary
     body = cards(_speed_cards(s)) if s is not None else ""
     body += facts((key, esc(_config_value(key, getattr(train.config, key)))) for key in _CONFIG_KEYS)
@@ -25,16 +25,16 @@ def train_section(train: Train) -> str:
     plot = ""
     if train.losses:
         losses = [float("nan") if x is None else x for x in train.losses]
-        plot = loss_plot("train-loss", losses, align.reference_losses if align else None)
+        plot = loss_plot(f"{anchor}-loss", losses, align.reference_losses if align else None)
     why = train.reference_note or "no reference curve for this task and preset"
     judged = _alignment(align) if align else note(f"Loss alignment was not judged: {esc(why)}.")
     body += f'<h3>Loss per optimizer step</h3><div class="op"><div>{plot}</div><div>{judged}</div></div>'
     if s is None or s.status != "complete":
         status = "stopped before its summary" if s is None else s.stop_reason or s.status
         body += note(f"Training status: <b>{esc(status)}</b>.", "fail")
-    lead = ("tgs = real tokens / devices / second over the timed window (after warm-up); "
-            "MFU = model FLOPs per device per second / peak (activation recomputation is in HFU, not MFU).")
-    return section("train", "Fine-tuning", body, lead=lead)
+    lead = lead or ("tgs = real tokens / devices / second over the timed window (after warm-up); "
+                    "MFU = model FLOPs per device per second / peak (activation recomputation is in HFU, not MFU).")
+    return section(anchor, title, body, lead=lead)
 
 
 def _speed_cards(s: TrainSummary) -> list[str]:

@@ -18,9 +18,16 @@ from typing import Any
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results import codec, documents
 from clusterbench.results.schema import Env, Run
+from clusterbench.results.telemetry import TABLE as TELEMETRY
 
 TABLES = ("comm", "pairs", "train_steps")  # list sections of run.json that also get a <name>.csv
+CSV_ONLY = (TELEMETRY,)  # tables too long for run.json: <name>.csv alone
 NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
+
+
+def result_files(path: Path) -> list[Path]:
+    """Every file a run may leave in its folder, beside the NCCL logs."""
+    return [path / "run.json", *(path / f"{t}.csv" for t in TABLES + CSV_ONLY), path / "report.html"]
 
 
 def default_run_dir(command: str) -> Path:
@@ -35,8 +42,8 @@ def claim(path: Path, overwrite: bool) -> Path:
         if not overwrite:
             raise UsageError(f"--out {path} already holds a run (run.json): choose another folder, "
                              "or add --overwrite to replace it")
-        for name in ("run.json", *(f"{t}.csv" for t in TABLES), "report.html"):
-            (path / name).unlink(missing_ok=True)
+        for file in result_files(path):
+            file.unlink(missing_ok=True)
         shutil.rmtree(path / NCCL_LOGS, ignore_errors=True)
     return path
 
@@ -87,7 +94,10 @@ class RunFolder:
         self._unsaved.clear()
 
     def _write_csv(self, table: str) -> None:
-        rows = getattr(self.run, table)
+        self.write_csv(table, getattr(self.run, table))
+
+    def write_csv(self, table: str, rows: list[Any]) -> None:
+        """<table>.csv from `rows` (records of one type, at least one), atomically."""
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
         writer.writeheader()

@@ -1,9 +1,12 @@
 """run.json: every section as a typed record, the one layout every command writes and reads.
 
-Version 2 (this one) against version 1: a "kind" key, a GPU's PCIe fields grouped under
-"pcie", `expected` figures, a train section's `reference_note` and summary `stop_reason`,
-verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is null). Version 1
-folders are read through `upgrade_v1`.
+Version 3 (this one) against version 2: each `expected` figure is a record that says where it
+comes from (version 2 kept a bare number, given with --expect-busbw), and the new `expected_note`,
+`canary`, `telemetry` and each rank's CPUs and NUMA nodes, which older folders lack and read as
+empty. Version 2 against 1: a
+"kind" key, a GPU's PCIe fields grouped under "pcie", `expected` figures, a train section's
+`reference_note` and summary `stop_reason`, verdicts that may be SKIP (not judged), and strict
+JSON (a NaN loss is null). Older folders are read through `upgrade_v1` and `upgrade_v2`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from typing import Any, Literal
 from clusterbench import __version__
 from clusterbench.results.hardware import Hardware, Peaks
 from clusterbench.results.nccl import NcclFacts
+from clusterbench.results.telemetry import Telemetry
 
 RUN_KIND = "clusterbench-run"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
@@ -28,6 +32,9 @@ class Placement:
     node: str
     local_rank: int
     device: str
+    cpus: str | None = None  # the CPUs it may run on, in the kernel's list form (0-55,112-167)
+    cpu_numa: list[int] = field(default_factory=list)  # the NUMA nodes of those CPUs
+    device_numa: int | None = None  # its GPU's NUMA node
 
 
 @dataclass
@@ -214,6 +221,19 @@ class Train:
 
 
 @dataclass(frozen=True)
+class Expected:
+    """What systems like this one measure for a metric, and who says so (docs/methodology.md §11)."""
+
+    value: float  # in the metric's own unit (busbw in Gbps, as run.json keeps it)
+    origin: Literal["given", "file", "shipped"]  # --expect-busbw, --expected FILE, the shipped table
+    system: str  # what it was measured on
+    source: str  # where it was published, or the file it came from
+    low: float | None = None  # the published range, where the source gives one
+    high: float | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Verdict:
     check: str
     status: Literal["PASS", "WARN", "FAIL", "SKIP"]  # SKIP: not judged, `detail` says why
@@ -241,9 +261,12 @@ class Run:
     comm: list[CommRow] = field(default_factory=list)
     pairs: list[PairRow] = field(default_factory=list)
     nccl: NcclFacts | None = None  # what NCCL's own log says it found and chose (docs/methodology.md §9)
+    telemetry: Telemetry | None = None  # device telemetry per stage; its samples: telemetry.csv (§10)
     train: Train | None = None
     train_steps: list[StepRow] = field(default_factory=list)
-    expected: dict[str, float] = field(default_factory=dict)  # figures rules judge against, by metric
+    canary: Train | None = None  # the tiny float32 task on this hardware, judged against the CPU curve
+    expected: dict[str, Expected] = field(default_factory=dict)  # figures rules judge against, by metric
+    expected_note: str | None = None  # why the shipped table matched nothing, or what it could not compare
     verdicts: list[Verdict] = field(default_factory=list)
     verdict: Literal["PASS", "WARN", "FAIL"] | None = None
 
@@ -271,3 +294,12 @@ def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
             "step_factor": sizes[1] / sizes[0] if len(sizes) > 1 else 2.0,
             "ops": [op.replace("pt2pt_bidir", "pt2pt") for op in ops], "bidirectional": "pt2pt_bidir" in ops}
     return doc
+
+
+def upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 run.json in version 3's layout: its expected figures came from --expect-busbw."""
+    expected = doc.get("expected")
+    if isinstance(expected, dict):
+        expected = {name: {"value": value, "origin": "given", "system": "this cluster",
+                           "source": "--expect-busbw"} for name, value in expected.items()}
+    return {**doc, "schema_version": 3, "expected": expected if expected is not None else {}}

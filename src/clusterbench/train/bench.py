@@ -8,6 +8,8 @@ curve is left to the job's conclusion, after the ranks.
 from __future__ import annotations
 
 import resource
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, replace
 
 import torch
@@ -35,21 +37,24 @@ def run_train(rank: Rank, job: TrainJob) -> None:
     curves: list[list[float]] = []
     result: LoopResult | None = None
     config = job.config
+    exact = job.exact_float32 and worker.device.type == "cuda"
     try:
-        for k in range(opts.repeats):
-            rank.progress.at(f"building the model (run {k + 1})")
-            model = models.build(job.model, opts.seed)
-            config = replace(config, model_params=models.count_params(model), model_config=model.config.to_dict())
-            recorder = _Recorder(rank, config) if k == 0 and folder is not None else None
-            try:
-                outcome = train(worker, job.loop, model, task, recorder.step if recorder else (lambda r: None))
-            except (torch.OutOfMemoryError, RuntimeError) as e:
-                raise out_of_memory(e, job.loop, job.seq_len) or e
-            del model
-            curves.append([r.loss for r in outcome.steps])
-            result = result or outcome
-            if outcome.status != "complete":
-                break
+        with float32_matmuls() if exact else nullcontext():
+            for k in range(opts.repeats):
+                rank.progress.at(f"building the model (run {k + 1})")
+                model = models.build(job.model, opts.seed)
+                config = replace(config, model_params=models.count_params(model),
+                                 model_config=model.config.to_dict())
+                recorder = _Recorder(rank, config, job.section) if k == 0 and folder is not None else None
+                try:
+                    outcome = train(worker, job.loop, model, task, recorder.step if recorder else (lambda r: None))
+                except (torch.OutOfMemoryError, RuntimeError) as e:
+                    raise out_of_memory(e, job.loop, job.seq_len) or e
+                del model
+                curves.append([r.loss for r in outcome.steps])
+                result = result or outcome
+                if outcome.status != "complete":
+                    break
     finally:
         if folder is not None:
             folder.flush()  # the steps measured so far survive any failure
@@ -64,8 +69,21 @@ def run_train(rank: Rank, job: TrainJob) -> None:
         stop = f"loss became {curves[0][-1]} at step {len(curves[0])}"
     summary = replace(summary, peak_memory_bytes=memory, peak_memory_kind=kind, status=result.status,
                       stop_reason=stop)
-    folder.record(train=replace(folder.run.train, summary=summary, repeat_losses=curves[1:]))
+    folder.record(**{job.section: replace(getattr(folder.run, job.section), summary=summary,
+                                          repeat_losses=curves[1:])})
     rank.say(display.summary(summary))
+
+
+@contextmanager
+def float32_matmuls() -> Iterator[None]:
+    """float32 matmuls and convolutions in float32, not TF32, for as long as the canary runs."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.backends.cudnn.flags(allow_tf32=False):
+            yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def _reduce(worker: Worker, values: list[float], op: dist.ReduceOp) -> list[float]:
@@ -106,16 +124,18 @@ def _row(r: StepResult, world: int) -> StepRow:
 class _Recorder:
     """Rank 0's per-step duties: the progress line and the run folder rows, as they arrive."""
 
-    def __init__(self, rank: Rank, config: TrainConfig) -> None:
+    def __init__(self, rank: Rank, config: TrainConfig, section: str) -> None:
         self.folder: RunFolder = rank.folder
         self.world = rank.worker.world_size
         self.display = display.ProgressLine(config.steps, self.world)
         self.train = Train(config=config)
-        self.folder.record(train=self.train)
+        self.steps_table = section == "train"  # the canary keeps its losses, not a second step table
+        self.folder.record(**{section: self.train})
         rank.say(display.header(config, rank.env))
 
     def step(self, r: StepResult) -> None:
         self.display.update(r)
         self.train.losses.append(r.loss)
-        # At most one run-folder write a second, so recording never slows the steps it times.
-        self.folder.append("train_steps", _row(r, self.world), min_interval_s=1.0)
+        if self.steps_table:
+            # At most one run-folder write a second, so recording never slows the steps it times.
+            self.folder.append("train_steps", _row(r, self.world), min_interval_s=1.0)

@@ -29,6 +29,9 @@ from clusterbench.train.options import TrainOptions
 CPU_DEFAULTS = {"preset": "tiny", "seq_len": 64, "global_batch": 16, "micro_batch": 4, "dtype": "float32"}
 GPU_DEFAULTS = {"preset": "llama-1b", "seq_len": 2048, "global_batch": 32, "micro_batch": 4, "dtype": "bfloat16"}
 GPU_SMALL_PRESET, GPU_SMALL_BYTES = "125m", 40 * 1024**3  # below this, llama-1b + Adam does not fit
+# The numerics canary: the CPU task in float32 on any device, judged against the shipped CPU curve.
+CANARY_REFERENCE = "tiny-cpu-float32"
+CANARY_OPTIONS = TrainOptions(preset="tiny", seq_len=64, global_batch=16, dtype="float32", reference=CANARY_REFERENCE)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class TrainJob:
     reference: LossReference | None  # the curve to judge by; None: not judged
     reference_label: str | None
     reference_note: str | None  # why no shipped reference judges this run
+    section: str = "train"  # the run.json section it fills: train, or canary
+    exact_float32: bool = False  # TF32 off: float32 matmuls as float32, so the canary checks float32 numerics
 
 
 def _defaults(device_type: str) -> dict:
@@ -90,6 +95,12 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
     return TrainJob(spec, loop, opts, seq_len, config, ref, label, note)
 
 
+def canary(world_size: int) -> TrainJob:
+    """The canary's job: the CPU task, whatever the device (so it is built with the CPU's defaults); a
+    UsageError says why it cannot run (its global batch of 16 does not divide among the ranks)."""
+    return replace(build(CANARY_OPTIONS, "cpu", world_size), section="canary", exact_float32=True)
+
+
 def _micro_batch(asked: int | None, largest: int, global_batch: int, world_size: int) -> int:
     """The micro-batch given, else the largest up to `largest` that divides each rank's rows."""
     per_rank, rem = divmod(global_batch, world_size)
@@ -104,10 +115,12 @@ def _micro_batch(asked: int | None, largest: int, global_batch: int, world_size:
 def judge(run: Run, job: TrainJob) -> None:
     """On the process that owns the run folder: the alignment verdict, printed and kept, and the
     reference file. The run's own failures are the analysis layer's to name."""
-    train = run.train
+    train = getattr(run, job.section)
     if train is None:
         return
     train.reference_note = job.reference_note
+    if job.section == "canary":
+        print("# numerics canary: the tiny float32 task on this hardware against the CPU curve", flush=True)
     if job.reference_note:
         print(f"# loss alignment not judged: {job.reference_note}", flush=True)
     if job.reference is not None and train.losses:
@@ -115,6 +128,8 @@ def judge(run: Run, job: TrainJob) -> None:
         limits = alignment.limits_for(ref.losses, ref.noise_band, job.options.variance_limit, job.options.mre_limit)
         train.alignment = alignment.compare(train.losses, ref.losses, limits, train.config.steps, job.reference_label)
         print(alignment.table(train.alignment), flush=True)
+    if job.section != "train":
+        return
     path = job.options.save_reference
     if path and train.summary is not None and train.summary.status == "complete" and run.status == "complete":
         curves = [train.losses, *train.repeat_losses]

@@ -1,0 +1,107 @@
+"""Does the telemetry sampler move the measured figures? all_reduce busbw with it on and off, in one run.
+
+    python bench/bench_telemetry.py [--nproc 2] [--hz 10] [--rounds 7] [--max-bytes 16M]
+
+Same ranks, same sizes (1 MiB up, factor 2), `comm.bench.measure` as the CLI times them. "on"
+runs the sweep inside a stage of the real telemetry recorder (the sampler thread the CLI starts:
+NVML on GPUs, /proc and /sys on CPUs from local rank 0, and the gather to rank 0 at the stage's
+end, outside the timed calls); "off" runs it without one. The two alternate every round, the
+order flipping each round, so drift and other load hit both alike; per size the medians over the
+rounds are compared. Also printed: what one reading costs the sampler thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from clusterbench import launch
+from clusterbench.args import size
+from clusterbench.comm.bench import measure
+from clusterbench.comm.ops import OPS
+from clusterbench.comm.scopes import whole_job
+from clusterbench.comm.sizes import sweep
+from clusterbench.dist import resolve
+from clusterbench.results.folder import RunFolder
+from clusterbench.results.schema import CommOptions
+from clusterbench.telemetry import stages
+from clusterbench.units import human_bytes
+
+
+def _sweep(worker, sizes: list[int], budget: float) -> list[float]:
+    opts = CommOptions(ops=("all_reduce",), time_budget_s=budget)
+    team = whole_job(list(worker.members))
+    return [measure(OPS["all_reduce"], worker, opts, n // 4, team).busbw_gbps for n in sizes]
+
+
+def compare(worker, cfg: dict, progress) -> None:
+    # Rank 0 records into a run folder as the CLI does: telemetry.csv and run.json at each stage's end.
+    folder = RunFolder(Path(cfg["out"]).parent / "run", "bench", []) if worker.is_main else None
+    busbw: dict[str, list[list[float]]] = {"on": [], "off": []}
+    samples = 0
+    for r in range(cfg["rounds"]):
+        for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+            if mode == "off":
+                busbw[mode].append(_sweep(worker, cfg["sizes"], cfg["budget"]))
+                continue
+            recorder = stages.start(worker, folder, cfg["hz"])
+            with recorder.stage("bench"):
+                busbw[mode].append(_sweep(worker, cfg["sizes"], cfg["budget"]))
+            recorder.close()
+            if recorder.telemetry is not None:
+                samples += sum(d.samples for d in recorder.telemetry.devices)
+    recorder = stages.start(worker, None, cfg["hz"])
+    cost = _read_cost(recorder)
+    recorder.close()
+    if worker.is_main:
+        Path(cfg["out"]).write_text(json.dumps({"busbw": busbw, "samples": samples, "read_us": cost}))
+
+
+def _read_cost(recorder: stages.Recorder) -> float | None:
+    """Microseconds one probe reading takes (the sampler's whole work per tick)."""
+    if recorder.sampler is None:
+        return None
+    probe = recorder.sampler.probe
+    t0 = time.perf_counter()
+    for _ in range(200):
+        probe.read()
+    return (time.perf_counter() - t0) / 200 * 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--hz", type=float, default=stages.DEFAULT_HZ)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--min-bytes", type=size, default=2**20)
+    p.add_argument("--max-bytes", type=size, default=16 * 2**20)
+    p.add_argument("--budget", type=float, default=0.25, help="seconds per size, as the CLI's default")
+    a = p.parse_args()
+    sizes = sweep(a.min_bytes, a.max_bytes, 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "bench.json"
+        cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "hz": a.hz, "out": str(out)}
+        launch.run(launch.Job(compare, cfg, resolve("auto", None, 300)), a.nproc)
+        found = json.loads(out.read_text())
+    on, off = found["busbw"]["on"], found["busbw"]["off"]
+    print(f"all_reduce float32, {a.nproc} ranks, sampler at {a.hz:g} Hz on vs off, median of {a.rounds} "
+          f"alternating rounds; {found['samples']} samples taken while on")
+    if found["read_us"] is not None:
+        share = found["read_us"] * 1e-6 * a.hz
+        print(f"one reading: {found['read_us']:.0f} us, so the sampler thread is busy {share:.3%} of the time")
+    print(f"{'size':>10} {'off busbw Gbps':>15} {'on busbw Gbps':>15} {'on / off':>9}")
+    ratios = []
+    for i, n in enumerate(sizes):
+        b_off = statistics.median(r[i] for r in off)
+        b_on = statistics.median(r[i] for r in on)
+        ratios.append(b_on / b_off)
+        print(f"{human_bytes(n):>10} {b_off:15.3f} {b_on:15.3f} {ratios[-1]:9.3f}")
+    print(f"busbw on / off: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()

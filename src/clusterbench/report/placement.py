@@ -1,0 +1,25 @@
+"""Where each rank ran: its node, device, the CPUs it may use and their NUMA nodes against its GPU's."""
+
+from __future__ import annotations
+
+from clusterbench.analyse.metrics import Metrics
+from clusterbench.report.blocks import esc, note, section, table
+from clusterbench.results.schema import Run
+
+
+def placement_section(run: Run, metrics: Metrics) -> str:
+    def numa(p) -> str:
+        if p.device_numa is None or not p.cpu_numa:
+            return "-"
+        return "same node" if p.cpu_numa == [p.device_numa] else (
+            '<span class="bad">across the socket</span>' if p.device_numa not in p.cpu_numa else "not pinned")
+
+    rows = [[str(p.rank), esc(p.node), esc(p.device), esc(p.cpus), esc(", ".join(map(str, p.cpu_numa)) or None),
+             esc(p.device_numa), numa(p)] for p in run.env.ranks]
+    body = table(["rank", "node", "device", "CPUs it may use", "their NUMA nodes", "GPU's NUMA node", "placement"],
+                 rows, numeric_from=7)
+    said = metrics.notes.get("hardware.affinity.far_from_gpu") or metrics.absent.get("hardware.affinity.far_from_gpu")
+    if said:
+        body = note(esc(said[:1].upper() + said[1:] + ".")) + body
+    return section("placement", "Rank placement", body,
+                   lead="A rank should run on CPUs of its GPU's NUMA node (docs/methodology.md §12).")

@@ -1,0 +1,132 @@
+"""Device telemetry sampled while the stages ran, as run.json and telemetry.csv store it.
+
+Every sample goes to telemetry.csv only (10 Hz x 8 GPUs x 10 minutes would bloat run.json);
+run.json keeps, per stage and device, the min, median and max of each figure. Times are
+seconds since the first stage started, on the wall clock of the host that sampled (hosts whose
+clocks disagree shift against each other by that much). Anything the device or the OS cannot tell is
+None. Units: W, MHz, degrees C, %, MB/s = 1e6 bytes per second (docs/methodology.md §10).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from clusterbench.results import codec
+
+TABLE = "telemetry"  # its samples: <run folder>/telemetry.csv
+# The figures a sample holds and a summary spreads, in the order plots and tables show them.
+FIGURES = ("clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "util_pct", "mem_util_pct",
+           "pcie_tx_mbps", "pcie_rx_mbps", "nvlink_tx_mbps", "nvlink_rx_mbps", "ecc_corrected", "ecc_uncorrected")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One reading of one device: a row of telemetry.csv."""
+
+    t_s: float  # seconds since the first stage started
+    stage: str
+    host: str
+    device: str  # GPU<NVML index>, or CPU
+    rank: int  # the rank that sampled it
+    clock_mhz: float | None = None  # GPU: SM clock; CPU: mean current frequency of the cores the rank may use
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None  # CPU: RAPL package power, where readable
+    temperature_c: float | None = None
+    util_pct: float | None = None  # GPU: time a kernel ran; CPU: busy time of those cores
+    mem_util_pct: float | None = None  # GPU: time device memory was read or written
+    pcie_tx_mbps: float | None = None
+    pcie_rx_mbps: float | None = None
+    nvlink_tx_mbps: float | None = None  # all of the GPU's links together
+    nvlink_rx_mbps: float | None = None
+    ecc_corrected: float | None = None  # volatile counts, since the driver loaded
+    ecc_uncorrected: float | None = None
+    xid: int | None = None  # XID events since the previous sample; None: NVML cannot report them
+    throttle: str | None = None  # active clock-event reasons joined by "+", or "none"; None: unknown
+
+
+@dataclass(frozen=True)
+class Spread:
+    min: float
+    median: float
+    max: float
+
+
+@dataclass(frozen=True)
+class DeviceStage:
+    """One device over one stage: each figure's spread over its samples (None: never known)."""
+
+    stage: str
+    host: str
+    device: str
+    kind: str  # the device's model: peers for the straggler check are devices of one kind
+    rank: int
+    samples: int
+    clock_mhz: Spread | None = None
+    mem_clock_mhz: Spread | None = None
+    power_w: Spread | None = None
+    temperature_c: Spread | None = None
+    util_pct: Spread | None = None
+    mem_util_pct: Spread | None = None
+    pcie_tx_mbps: Spread | None = None
+    pcie_rx_mbps: Spread | None = None
+    nvlink_tx_mbps: Spread | None = None
+    nvlink_rx_mbps: Spread | None = None
+    ecc_corrected: Spread | None = None
+    ecc_uncorrected: Spread | None = None
+    xid_events: int | None = None
+    throttle: dict[str, float] | None = None  # reason -> share of the samples it was active in
+
+    @property
+    def where(self) -> str:
+        return f"{self.host} {self.device} ({self.kind})"
+
+
+@dataclass(frozen=True)
+class StageWindow:
+    """When a stage ran: from the first rank's start to the last rank's end."""
+
+    name: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class Telemetry:
+    hz: float  # samples per second per device
+    t0_unix: float  # the first stage's start (the clock of the rank that began it first): t_s counts from here
+    stages: list[StageWindow] = field(default_factory=list)
+    devices: list[DeviceStage] = field(default_factory=list)  # per stage and device
+    notes: list[str] = field(default_factory=list)  # what was not sampled, and why
+
+
+def csv_columns() -> list[str]:
+    return [f.name for f in fields(Sample)]
+
+
+def read_samples(path: Path) -> list[Sample]:
+    """telemetry.csv as written by the run folder; ValueError (naming the line) for a row that does not fit."""
+    columns = set(csv_columns())
+    samples = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for line, row in enumerate(csv.DictReader(f), 2):
+            try:
+                if set(row) != columns:
+                    raise codec.SchemaError("", "the columns are not telemetry.csv's")
+                doc = {k: _cell(k, v) for k, v in row.items()}
+                samples.append(codec.load(Sample, doc))
+            except (codec.SchemaError, ValueError) as e:
+                raise ValueError(f"{path} line {line}: {e}") from None
+    return samples
+
+
+def _cell(name: str, text: str) -> object:
+    """A CSV cell as the JSON value codec expects: empty is null (unknown)."""
+    if name in ("stage", "host", "device"):
+        return text
+    if text == "":
+        return None
+    if name == "throttle":
+        return text
+    return int(text) if name in ("rank", "xid") else float(text)

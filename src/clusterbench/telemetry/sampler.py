@@ -1,0 +1,53 @@
+"""A thread that reads one device at a fixed rate and keeps the readings until a stage takes them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+from clusterbench.errors import one_line
+
+Reading = tuple[float, dict[str, Any]]  # (unix time, figures named as Sample's fields)
+
+
+class Probe(Protocol):
+    def read(self) -> dict[str, Any]: ...
+
+
+class Sampler:
+    def __init__(self, probe: Probe, hz: float) -> None:
+        self.probe = probe
+        self.period_s = 1 / hz
+        self.error: str | None = None  # why sampling stopped early
+        self._readings: list[Reading] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        # A daemon: a rank that ends by an error must never wait on its sampler.
+        self._thread = threading.Thread(target=self._run, name="clusterbench-telemetry", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        due = time.monotonic()
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            t = time.time()
+            try:
+                reading = self.probe.read()
+            except Exception as e:  # a probe's fault must cost the telemetry, never the benchmark
+                self.error = f"sampling stopped: {one_line(e)}"
+                return
+            with self._lock:
+                self._readings.append((t, reading))
+            # Behind (a slow NVML call): skip the missed ticks rather than catch up in a burst.
+            due = max(due + self.period_s, time.monotonic())
+
+    def take(self, start: float, end: float) -> list[Reading]:
+        """The readings taken from `start` to `end` (unix times); older ones are dropped, later ones kept."""
+        with self._lock:
+            taken = [r for r in self._readings if start <= r[0] <= end]
+            self._readings = [r for r in self._readings if r[0] > end]
+        return taken
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,50 @@
+"""The numerics canary: the tiny float32 task on the run's hardware, judged against the CPU curve."""
+
+from __future__ import annotations
+
+import pytest
+from report_fixtures import as_run, gpu_run_doc
+
+from clusterbench.analyse import alignment, references
+from clusterbench.analyse.verdicts import judge
+from clusterbench.errors import UsageError
+from clusterbench.report.html import page
+from clusterbench.train import job as train_job
+
+
+def _verdict(run, check: str):
+    return next((v for v in judge(run) if v.check == check), None)
+
+
+def _with_canary(scale: float):
+    """A GPU run whose canary trained the reference's curve times `scale`."""
+    ref, label = references.load(train_job.CANARY_REFERENCE)
+    losses = [x * scale for x in ref.losses]
+    limits = alignment.limits_for(ref.losses, ref.noise_band)
+    canary = train_job.canary(8)  # the same job on any device type
+    doc = gpu_run_doc({"hostname": "a"}, verdicts=[])
+    run = as_run(doc)
+    run.canary = run.train.__class__(config=canary.config, losses=losses,
+                                     alignment=alignment.compare(losses, ref.losses, limits, 100, label))
+    return run
+
+
+def test_a_device_that_computes_other_numbers_fails_the_canary() -> None:
+    assert _verdict(_with_canary(1.0), "numerics canary").status == "PASS"
+    wrong = _with_canary(1.03)  # 3% off at every step
+    v = _verdict(wrong, "numerics canary")
+    assert v.status == "FAIL" and "tiny-cpu-float32" in v.detail
+    assert 'id="canary"' in page(wrong) and "Numerics canary" in page(wrong)
+
+
+def test_without_a_canary_there_is_no_line() -> None:
+    assert _verdict(as_run(gpu_run_doc({"hostname": "a"}, verdicts=[])), "numerics canary") is None
+
+
+def test_the_canary_is_the_shipped_task_and_says_when_it_cannot_run() -> None:
+    job = train_job.canary(8)
+    assert job.section == "canary" and job.exact_float32 and job.reference_label == "tiny-cpu-float32"
+    assert (job.config.preset, job.config.dtype, job.config.global_batch, job.config.seq_len) == (
+        "tiny", "float32", 16, 64)
+    with pytest.raises(UsageError, match="not divisible"):
+        train_job.canary(32)  # 16 rows do not divide among 32 ranks
