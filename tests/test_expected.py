@@ -128,7 +128,8 @@ def test_a_team_file_wins_and_a_baseline_is_accepted(tmp_path: Path) -> None:
     run = _matched(_run(400), expected.tables([mine]))
     e = run.expected["comm.all_reduce.busbw_gbps.top"]
     assert (e.value, e.origin, e.system) == (390 * 8, "file", "our pod A")
-    assert _verdict(run, "fleet figures").status == "PASS" and _verdict(run, "expected figures").status == "PASS"
+    assert _verdict(run, "fleet figures").status == "PASS"
+    assert _verdict(run, "expected figures") is None  # the team's figure took the published one's place
     baseline = tmp_path / "baseline.json"
     subprocess.run([sys.executable, "-m", "clusterbench", "baseline", str(_saved(tmp_path, _run(480))), "-o",
                     str(baseline)], check=True, capture_output=True)
@@ -206,3 +207,37 @@ def test_a_slow_matmul_peak_is_a_warning_against_the_published_maximum() -> None
     slow.peaks.matmul[:] = [replace(p, tflops=600.0) if p.dtype == "bfloat16" else p for p in slow.peaks.matmul]
     v = _verdict(_matched(slow), "expected peaks")
     assert v.status == "WARN" and "76% of what systems like this measure (H100 SXM" in v.detail
+
+
+def test_the_copy_peak_is_kept_in_bytes_and_compared_as_such(tmp_path: Path) -> None:
+    run = _run()
+    measured = metrics_of(run).values["peaks.copy.gbps"]  # GB/s: read and write both counted
+    table = {"kind": "clusterbench-expected", "systems": [{"figures": [
+        {"metric": "peaks.copy.gbps", "value": measured, "unit": "GB/s", "source": "our acceptance"},
+        {"metric": "comm.all_gather.busbw_gbps.top", "value": 2920, "unit": "Gbps", "source": "our acceptance"}]}]}
+    mine = tmp_path / "fleet.yaml"
+    mine.write_text(yaml.safe_dump(table))
+    run = _matched(run, expected.tables([mine]))
+    assert run.expected["peaks.copy.gbps"].value == measured
+    assert run.expected["comm.all_gather.busbw_gbps.top"].value == 2920
+    assert _verdict(run, "fleet figures").status == "PASS"
+    assert f"{measured:.4g} GB/s" in page(run)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"kind": "clusterbench-expected", "systems": [{"figures": [
+        {"metric": "train.tgs", "value": 1, "unit": "GB/s", "source": "s"}]}]}))
+    with pytest.raises(UsageError, match="unit GB/s given for train.tgs, which is no bandwidth"):
+        expected.load(bad)
+
+
+def test_a_rule_without_origin_judges_only_the_given_figure(tmp_path: Path) -> None:
+    from clusterbench.analyse.rules import load_rules
+
+    rules = tmp_path / "old.yaml"
+    rules.write_text("rules:\n  - name: old expected rule\n    metric: comm.all_reduce.busbw_gbps.top\n"
+                     "    function: expected\n    criteria: '>= 0.9'\n    missing: ignore\n")
+    slow = _matched(_run(400))  # 82 % of the shipped 480: not this rule's business
+    assert judge(slow, load_rules(rules)) == []
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {metric: a, function: expected, criteria: '> 1', origin: [everyone]}\n")
+    with pytest.raises(UsageError, match="origin"):
+        load_rules(bad)

@@ -68,8 +68,9 @@ def test_comm_marks_its_stage_and_overwrite_with_telemetry_off(tmp_path: Path) -
     assert read_run(out)["telemetry"] is None and not (out / "telemetry.csv").exists()
 
 
-def test_bad_rate_is_one_line(tmp_path: Path) -> None:
-    assert_one_line_error(run_cli("comm", "--telemetry-hz", "-1", "--out", str(tmp_path / "r")), 2, "--telemetry-hz")
+@pytest.mark.parametrize("rate", ["-1", "500"])
+def test_bad_rate_is_one_line(tmp_path: Path, rate: str) -> None:
+    assert_one_line_error(run_cli("comm", "--telemetry-hz", rate, "--out", str(tmp_path / "r")), 2, "--telemetry-hz")
 
 
 def test_gpu_probe_decodes_what_nvml_answers() -> None:
@@ -165,7 +166,7 @@ def test_sampler_keeps_readings_for_the_window_that_takes_them() -> None:
     sampler.stop()
     end = time.time()
     taken = sampler.take(start, end)
-    assert 10 < len(taken) <= 45 and all(start <= t <= end for t, _ in taken)
+    assert 2 <= len(taken) <= 45 and all(start <= t <= end for t, _ in taken)  # a loaded machine ticks late
     assert sampler.take(start, end) == []  # taken once
 
 
@@ -197,7 +198,8 @@ def test_healthy_devices_pass_every_telemetry_rule() -> None:
 
 def test_throttled_stage_warns_naming_host_device_and_stage() -> None:
     hot = replace(HEALTHY[6], throttle={"gpu_idle": 0.5, "hw_thermal": 0.4})
-    briefly = replace(HEALTHY[1], throttle={"sw_power_cap": 0.02})  # a cap touched for a moment
+    # At its power limit all stage long is a GPU at full load; a slowdown touched for a moment is no throttle.
+    briefly = replace(HEALTHY[1], throttle={"sw_power_cap": 0.9, "hw_slowdown": 0.02})
     status, detail = _verdicts([*HEALTHY[:1], briefly, *HEALTHY[2:6], hot, HEALTHY[7]])["throttling"]
     assert status == "WARN"
     assert "node-a GPU2 (NVIDIA H100 80GB HBM3) in train: hw_thermal 40% of the samples" in detail

@@ -48,8 +48,8 @@ step comm-bf16-avg 60 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops all_red
   --reduce-op avg -e 64M --out "$OUT/comm-bf16-avg"
 step diagnose 30 "${CB[@]}" diagnose "$OUT/comm-loop"
 # The canary's task against the CPU curve: its variance and MRE are the float32 tolerance a GPU needs.
-step train-tiny 90 "${CB[@]}" train --nproc "$NP" --preset tiny --dtype float32 --reference tiny-cpu-float32 \
-  --out "$OUT/train-tiny"
+step train-tiny 90 "${CB[@]}" train --nproc "$NP" --preset tiny --dtype float32 --seq-len 64 --global-batch 16 \
+  --reference tiny-cpu-float32 --out "$OUT/train-tiny"
 step train-1b-ddp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel ddp --steps 20 \
   --out "$OUT/train-1b-ddp"
 step train-1b-fsdp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp --steps 20 \

@@ -35,16 +35,17 @@ def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def real(minimum: float = 0.0, strict: bool = True) -> Callable[[str], float]:
-    """A finite number above `minimum` (or at least it, with strict=False)."""
+def real(minimum: float = 0.0, strict: bool = True, maximum: float = math.inf) -> Callable[[str], float]:
+    """A finite number above `minimum` (or at least it, with strict=False) and at most `maximum`."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum)
+        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum) and value <= maximum
         if not ok:
             bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+            bound += f" and at most {maximum:g}" if maximum < math.inf else ""
             raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
         return value
     return parse

@@ -73,7 +73,8 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
                    help="local: spawn --nproc ranks here (default); ray: one Ray actor per rank, placed by Ray")
     g.add_argument("--ray-address", dest="ray_address",
                    help="with --launcher ray: the cluster to join (default: RAY_ADDRESS, else a new local Ray)")
-    g.add_argument("--telemetry-hz", dest="telemetry_hz", type=argtypes.real(0.0, strict=False), metavar="HZ",
+    g.add_argument("--telemetry-hz", dest="telemetry_hz", metavar="HZ",
+                   type=argtypes.real(0.0, strict=False, maximum=telemetry.MAX_HZ),
                    help="device telemetry samples per second while the stages run; 0: off "
                         f"(default {telemetry.DEFAULT_HZ:g})")
     add_out_argument(g)
@@ -189,9 +190,10 @@ def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
     folder = RunFolder(job.run_dir, job.command, list(job.argv)) if worker.rank == 0 else None
     if folder is not None:
         folder.record(env=env, hardware=describe())  # NVML and /sys only: starts no CUDA context
-    recorder = telemetry.start(worker, folder, job.telemetry_hz)
-    rank = Rank(worker, progress, env, folder, recorder)
+    recorder = None
     try:
+        recorder = telemetry.start(worker, folder, job.telemetry_hz)
+        rank = Rank(worker, progress, env, folder, recorder)
         with rank.stage(job.command):  # a command that walks stages marks its own inside this one
             job.work(rank, job.options)
     except BaseException as e:

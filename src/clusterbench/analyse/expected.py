@@ -20,15 +20,16 @@ import yaml
 from clusterbench import limits
 from clusterbench.analyse import nccl
 from clusterbench.analyse.links import active_rdma
-from clusterbench.analyse.metrics import is_per_size, kind_of, metrics_of
+from clusterbench.analyse.metrics import bandwidth_unit, is_per_size, kind_of, metrics_of
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
+from clusterbench.results.hardware import Gpu
 from clusterbench.results.schema import Expected, Run
 from clusterbench.units import BITS_PER_BYTE
 
 TABLE_KIND = "clusterbench-expected"
-# How a table's unit becomes the metric's own (run.json keeps bandwidth in Gbps).
-UNITS = {"GB/s": BITS_PER_BYTE, "Gbps": 1.0, "tokens/GPU/s": 1.0, "TFLOP/s": 1.0, "fraction": 1.0}
+UNITS = ("GB/s", "Gbps", "tokens/GPU/s", "TFLOP/s", "fraction")
+_BITS = {"Gbps": 1.0, "GB/s": BITS_PER_BYTE}  # a bandwidth in bits per second
 _SYSTEM_KEYS = {"system", "match", "figures"}
 _FIGURE_KEYS = {"metric", "value", "low", "high", "unit", "when", "note", "source"}
 
@@ -105,7 +106,7 @@ def _figure(item: Any, where: str, system: str, origin: str) -> Figure:
     unit = item.get("unit", "fraction")
     if unit not in UNITS:
         raise UsageError(f"{where}: unit {unit!r} is not one of {', '.join(UNITS)}")
-    scale = UNITS[unit]
+    scale = _scale(unit, str(item["metric"]), where)
     numbers = {}
     for key in ("value", "low", "high"):
         value = item.get(key)
@@ -115,6 +116,16 @@ def _figure(item: Any, where: str, system: str, origin: str) -> Figure:
     expected = Expected(numbers["value"], origin, system, str(item["source"]), numbers["low"], numbers["high"],
                         item.get("note"))
     return Figure(str(item["metric"]), expected, _conditions(item.get("when"), f"{where}: when"))
+
+
+def _scale(unit: str, metric: str, where: str) -> float:
+    """What turns a figure in `unit` into the metric's own unit (comm bandwidth is kept in Gbps)."""
+    if unit not in _BITS:
+        return 1.0
+    native = bandwidth_unit(metric)
+    if native is None:
+        raise UsageError(f"{where}: unit {unit} given for {metric}, which is no bandwidth")
+    return _BITS[unit] / _BITS[native]
 
 
 def _conditions(value: Any, where: str) -> dict[str, Any]:
@@ -150,10 +161,12 @@ def facts(run: Run) -> dict[str, Any]:
     """What this run states about itself. A fact that does not apply (no GPU, no RDMA port, no
     NCCL) is absent; one that applies but the run cannot state is None."""
     found: dict[str, Any] = {"device": run.env.device_type}
-    per_node = Counter(p.node for p in run.env.ranks) or Counter(run.env.hosts)
+    per_node = Counter(p.node for p in run.env.ranks)
     if per_node:
         found["nodes"] = len(per_node)
         found["ranks_per_node"] = next(iter(per_node.values())) if len(set(per_node.values())) == 1 else None
+    elif run.env.hosts:  # a folder from before ranks were placed: its hosts, not how many ranks each ran
+        found["nodes"], found["ranks_per_node"] = len(set(run.env.hosts)), None
     gpus = run.hardware.gpus if run.hardware else []
     if gpus:
         found["gpus"] = len(gpus)
@@ -162,8 +175,8 @@ def facts(run: Run) -> dict[str, Any]:
         found["gpu"] = models.pop() if len(models) == 1 else None
         versions = {g.nvlink_version for g in gpus}
         found["nvlink"] = versions.pop() if len(versions) == 1 else None
-        found["nvswitch"] = all(any(link.active and link.remote_type == "NVSwitch" for link in g.nvlink_links)
-                                for g in gpus)
+        switched = {_switched(g) for g in gpus}
+        found["nvswitch"] = False if False in switched else (None if None in switched else True)
     labels = {p.label for p in active_rdma(run.hardware)}
     if labels:
         found["nic"] = labels.pop() if len(labels) == 1 else None
@@ -175,6 +188,14 @@ def facts(run: Run) -> dict[str, Any]:
         found |= {"train.preset": c.preset, "train.parallel": c.parallel, "train.dtype": c.dtype,
                   "train.seq_len": c.seq_len}
     return found
+
+
+def _switched(gpu: Gpu) -> bool | None:
+    """Whether a GPU's NVLinks reach NVSwitches; None when NVML did not say what an active link reaches."""
+    active = [link for link in gpu.nvlink_links if link.active]
+    if any(link.remote_type == "NVSwitch" for link in active):
+        return True
+    return None if any(link.remote_type is None for link in active) else False
 
 
 def _model(name: str | None) -> str | None:

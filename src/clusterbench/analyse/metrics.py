@@ -7,7 +7,7 @@ quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.
 comm.wrong (all ops and pairs), comm.<intra|inter>.<op>.busbw_gbps.worst (the worst node or
 rail), comm.pairwise.<within|across>_nodes.gbps (class medians), comm.pairwise.flagged (slow
 nodes and ranks), nccl.* (what NCCL's log says: analyse/nccl.py), hardware.pcie.downtrained,
-hardware.affinity.far_from_gpu (ranks pinned across the socket from their GPU),
+hardware.affinity.far_from_gpu (ranks pinned to another NUMA node than their GPU),
 train.<summary figure>, train.completed, train.alignment.<figure>, canary.completed and
 canary.alignment.<figure> (the numerics canary), peaks.matmul.<dtype>.tflops, peaks.copy.gbps,
 telemetry.<throttled|ecc_grown|stragglers> (analyse/telemetry.py), and run.failed (only in a
@@ -74,6 +74,13 @@ def size_class(size_bytes: int) -> str:
     if size_bytes < SMALL_MAX_BYTES:
         return "small"
     return "medium" if size_bytes < MEDIUM_MAX_BYTES else "large"
+
+
+def bandwidth_unit(name: str) -> str | None:
+    """The unit a bandwidth metric is kept in: Gbps (bits, as comm prints) or GB/s (bytes, the copy peak)."""
+    if name == "peaks.copy.gbps":
+        return "GB/s"
+    return "Gbps" if "busbw_gbps" in name or name.endswith(".gbps") else None
 
 
 def is_per_size(name: str) -> bool:
@@ -214,7 +221,9 @@ def _affinity(run: Run, m: Metrics) -> None:
     """Ranks whose CPUs all sit on another NUMA node than their GPU (docs/methodology.md §12)."""
     placed = [p for p in run.env.ranks if p.device_numa is not None and p.cpu_numa]
     if not placed:
-        m.absent["hardware.affinity.far_from_gpu"] = "no rank's GPU has a known NUMA node"
+        m.absent["hardware.affinity.far_from_gpu"] = (
+            "no rank's GPU has a known NUMA node" if run.env.device_type == "cuda"
+            else "the ranks ran on CPUs: there is no GPU to place them near")
         return
     far = [p for p in placed if p.device_numa not in p.cpu_numa]
     loose = [p for p in placed if p.device_numa in p.cpu_numa and len(p.cpu_numa) > 1]
@@ -222,10 +231,12 @@ def _affinity(run: Run, m: Metrics) -> None:
         p = far[0]
         note = (f"{len(far)} of {len(placed)} ranks may run only on CPUs of another NUMA node than their GPU, "
                 f"e.g. rank {p.rank} on {p.node} ({p.device}, NUMA {p.device_numa}) on CPUs {p.cpus} (NUMA "
-                f"{', '.join(map(str, p.cpu_numa))}): every copy to and from the GPU crosses the socket link")
+                f"{', '.join(map(str, p.cpu_numa))}): every copy to and from the GPU crosses the link between NUMA "
+                "nodes")
     elif loose:
         note = (f"{len(loose)} of {len(placed)} ranks are not pinned near their GPU (their CPUs span NUMA nodes "
-                f"{', '.join(map(str, loose[0].cpu_numa))}); pinning each to its GPU's node avoids the socket link")
+                f"{', '.join(map(str, loose[0].cpu_numa))}); pinning each to its GPU's node avoids the link between "
+                "NUMA nodes")
     else:
         note = f"all {len(placed)} ranks run on their GPU's NUMA node"
     m.put("hardware.affinity.far_from_gpu", len(far), note)

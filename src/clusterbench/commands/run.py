@@ -154,8 +154,10 @@ def _canary(train: train_job.TrainJob, plan: Plan) -> tuple[train_job.TrainJob |
         return None, None
     try:
         return train_job.canary(plan.world_size), None
-    except UsageError as e:
-        return None, f"the numerics canary cannot run here: {e}"
+    except UsageError:
+        rows = train_job.CANARY_OPTIONS.global_batch
+        return None, (f"the numerics canary is not run: its {rows} rows per step do not split evenly over "
+                      f"{plan.world_size} ranks (it runs on 1, 2, 4, 8 or 16)")
 
 
 def work(rank: Rank, plan: RunPlan) -> None:

@@ -1,7 +1,8 @@
 """Where a rank may run against where its GPU sits: its CPU affinity's NUMA nodes and the GPU's.
 
-A rank pinned to the other socket's cores reaches its GPU, and the NIC beside it, across the
-inter-socket link: a frequent cause of "half the expected bandwidth" (docs/methodology.md §12).
+A rank pinned to another NUMA node's cores (the other socket's, or on a CPU split into several NUMA
+nodes per socket another quadrant's) reaches its GPU, and the NIC beside it, across the link between
+NUMA nodes: a frequent cause of "half the expected bandwidth" (docs/methodology.md §12).
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def cpulist(cpus: set[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def allowed_cpus() -> set[int]:
+    """The CPUs this process may run on (all of them where the OS cannot say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return os.sched_getaffinity(0)
+    return set(range(os.cpu_count() or 1))
+
+
 def numa_nodes_of(cpus: set[int], nodes: Path = NODES) -> list[int]:
     """The NUMA nodes whose CPUs these are; empty where sysfs shows no NUMA nodes."""
     found = []
@@ -58,5 +66,5 @@ def device_numa(device: torch.device) -> int | None:
 
 def mine(device: torch.device) -> tuple[str, list[int], int | None]:
     """(this process's CPUs in list form, their NUMA nodes, its GPU's NUMA node)."""
-    cpus = os.sched_getaffinity(0)
+    cpus = allowed_cpus()
     return cpulist(cpus), numa_nodes_of(cpus), device_numa(device)

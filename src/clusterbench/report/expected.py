@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.metrics import Metrics, bandwidth_unit
 from clusterbench.report.blocks import esc, note, num, pct, section, table
 from clusterbench.results.schema import CommOptions, Expected, Run
 from clusterbench.units import BANDWIDTH_UNITS
@@ -10,7 +10,9 @@ from clusterbench.units import BANDWIDTH_UNITS
 
 def figure_text(name: str, value: float, unit: str) -> str:
     """A metric's value in the unit people read it in: bandwidth in the run's unit, MFU in %."""
-    if "busbw_gbps" in name or name.endswith(".gbps"):
+    if bandwidth_unit(name) == "GB/s":
+        return f"{num(value, 4)} GB/s"
+    if bandwidth_unit(name) == "Gbps":
         label, scale = BANDWIDTH_UNITS[unit]
         return f"{num(value * scale, 4)} {label}"
     if name.endswith(".mfu") or name.endswith(".hfu"):

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.report.blocks import esc, note, section, table
-from clusterbench.results.schema import Run
+from clusterbench.results.schema import Placement, Run
 
 
 def placement_section(run: Run, metrics: Metrics) -> str:
-    def numa(p) -> str:
+    def numa(p: Placement) -> str:
         if p.device_numa is None or not p.cpu_numa:
             return "-"
         return "same node" if p.cpu_numa == [p.device_numa] else (
-            '<span class="bad">across the socket</span>' if p.device_numa not in p.cpu_numa else "not pinned")
+            '<span class="bad">another NUMA node</span>' if p.device_numa not in p.cpu_numa else "not pinned")
 
     rows = [[str(p.rank), esc(p.node), esc(p.device), esc(p.cpus), esc(", ".join(map(str, p.cpu_numa)) or None),
              esc(p.device_numa), numa(p)] for p in run.env.ranks]

@@ -34,7 +34,7 @@ from clusterbench.units import human_bytes
 
 PALETTE = ("#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#65a30d", "#475569")
 _INK, _GRID, _MUTED = "#1f2937", "#e5e7eb", "#6b7280"
-_STYLE = {
+STYLE = {
     "font.size": 9,
     "axes.edgecolor": _GRID,
     "axes.labelcolor": _INK,
@@ -51,7 +51,7 @@ _STYLE = {
 _ID_USES = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
 
 
-def _svg(fig: Figure, name: str) -> str:
+def inline_svg(fig: Figure, name: str) -> str:
     """The figure as an <svg> element (no XML prologue), with ids unique to this plot."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
@@ -160,7 +160,7 @@ def busbw_plot(
 
     named=False leaves the curves out of the legend, for a plot beside a latency plot that names them.
     """
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=size)
         if not named:
             curves = {f"_{label}": curve for label, curve in curves.items()}  # "_" keeps a label out
@@ -168,25 +168,25 @@ def busbw_plot(
         _size_axis(ax, scales.sizes)
         # busbw rises with size, so the lower right corner is the empty one.
         _legend(ax, "lower right", fontsize=7 if size[0] < PAIR_SIZE[0] else 8, ncol=2 if len(curves) > 4 else 1)
-    return _svg(fig, name)
+    return inline_svg(fig, name)
 
 
 def latency_plot(name: str, curves: dict[str, Curve], scales: Scales = Scales(),
                  size: tuple[float, float] = PAIR_SIZE, colors: Sequence[str] = PALETTE) -> str:
     """Time per call (µs) against size on log-log axes: the figure small messages are judged by."""
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=size)
         _draw_latency(ax, curves, scales, colors)
         _size_axis(ax, scales.sizes)
         # Time is flat then rises with size, so the upper left corner is the empty one.
         _legend(ax, "upper left", ncol=2 if len(curves) > 4 else 1)
-    return _svg(fig, name)
+    return inline_svg(fig, name)
 
 
 def op_panel_plot(name: str, busbw: Curve, latency: Curve, unit_label: str, line: float | None,
                   line_label: str, scales: Scales, color: str) -> str:
     """A small multiple: busbw above time per call, on one size axis, at the section's shared scales."""
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(PANEL_SIZE[0], 4.2), sharex=True,
                                           gridspec_kw={"hspace": 0.12})
         # The panel's title names the op: only the link line needs a legend entry ("_" hides one).
@@ -195,13 +195,13 @@ def op_panel_plot(name: str, busbw: Curve, latency: Curve, unit_label: str, line
         _size_axis(bottom, scales.sizes)
         _legend(top, "lower right", fontsize=7)
         _legend(bottom, "upper left", fontsize=7)
-    return _svg(fig, name)
+    return inline_svg(fig, name)
 
 
 def loss_plot(name: str, losses: Sequence[float], reference: Sequence[float] | None) -> str:
     """The loss per step against the reference curve, and below it the deviation d = l - r."""
     steps = range(1, len(losses) + 1)
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         if not reference:
             fig, top = plt.subplots(figsize=(6.4, 3.0))
         else:
@@ -227,13 +227,13 @@ def loss_plot(name: str, losses: Sequence[float], reference: Sequence[float] | N
         top.set_ylabel("loss")
         top.grid(True, linewidth=0.6)
         top.legend(fontsize=8)
-    return _svg(fig, name)
+    return inline_svg(fig, name)
 
 
 def heatmap_plot(name: str, labels: Sequence[str], cells: Sequence[Sequence[float | None]], unit: str) -> str:
     """The pairwise matrix: rows send, columns receive; darker is slower, the diagonal blank."""
     n = len(labels)
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         side = min(9.0, 2.4 + 0.32 * n)
         fig, ax = plt.subplots(figsize=(side + 1.2, side))
         values = [[float("nan") if v is None else v for v in row] for row in cells]
@@ -249,4 +249,4 @@ def heatmap_plot(name: str, labels: Sequence[str], cells: Sequence[Sequence[floa
                 for j, v in enumerate(row):
                     if v is not None:
                         ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
-    return _svg(fig, name)
+    return inline_svg(fig, name)

@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from clusterbench.report.blocks import details, esc, note, num, section, table
-from clusterbench.report.plots import _STYLE, PALETTE, _svg
+from clusterbench.report.plots import PALETTE, STYLE, inline_svg
 from clusterbench.results.schema import Run
 from clusterbench.results.telemetry import TABLE, DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
 
@@ -93,7 +93,7 @@ def _plot(name: str, label: str, t: Telemetry, series: Series | None, figure: st
     windows = {w.name: w for w in t.stages}
     devices = list(dict.fromkeys(_label(d.host, d.device, hosts) for d in t.devices))
     colors = dict(zip(devices, itertools.cycle(PALETTE[:-1])))
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6.4, 2.8))
         if series is not None:
             for device, points in series.items():
@@ -110,7 +110,7 @@ def _plot(name: str, label: str, t: Telemetry, series: Series | None, figure: st
         if 1 < len(devices) <= _LEGEND_MAX:
             # Below the axes: inside, it would hide the lines it names.
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=min(6, len(devices)))
-    return _svg(fig, name)
+    return inline_svg(fig, name)
 
 
 def _draw_summaries(ax: plt.Axes, rows: list[DeviceStage], figure: str, windows: dict[str, StageWindow],

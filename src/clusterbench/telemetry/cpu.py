@@ -8,11 +8,11 @@ kernels let only root read them). What the OS does not expose is None.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from clusterbench.hw.affinity import allowed_cpus
 from clusterbench.hw.host import read
 
 _CPU_ZONES = ("x86_pkg_temp", "cpu", "soc")  # thermal zone types that measure the CPU
@@ -21,7 +21,7 @@ _CPU_ZONES = ("x86_pkg_temp", "cpu", "soc")  # thermal zone types that measure t
 class CpuProbe:
     def __init__(self, root: Path = Path("/"), cores: list[int] | None = None) -> None:
         self.root = root
-        self.cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+        self.cores = sorted(cores if cores is not None else allowed_cpus())
         freq = [root / f"sys/devices/system/cpu/cpu{c}/cpufreq/scaling_cur_freq" for c in self.cores]
         self._freq_files = [f for f in freq if f.exists()]
         self._zones = [z / "temp" for z in sorted((root / "sys/class/thermal").glob("thermal_zone*"))

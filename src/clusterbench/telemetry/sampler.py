@@ -50,4 +50,5 @@ class Sampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        # A probe stuck in a sick GPU's driver must not hold the rank's exit: the thread is a daemon.
+        self._thread.join(timeout=max(1.0, 3 * self.period_s))

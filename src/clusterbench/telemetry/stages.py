@@ -21,13 +21,17 @@ from clusterbench.dist import Worker, device_name
 from clusterbench.errors import RunFailed
 from clusterbench.hw import nvml
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.telemetry import TABLE, Sample, StageWindow, Telemetry
+from clusterbench.results.telemetry import TABLE, DeviceStage, Sample, StageWindow, Telemetry
 from clusterbench.telemetry.cpu import CpuProbe
 from clusterbench.telemetry.gpu import GpuProbe
 from clusterbench.telemetry.sampler import Probe, Reading, Sampler
 from clusterbench.telemetry.summary import device_stage
 
 DEFAULT_HZ = 10.0
+MAX_HZ = 100.0  # NVML's own counters update every 20 ms or more; faster sampling only costs CPU
+# Samples per device and stage that travel to rank 0 for telemetry.csv and the plots: a long stage on
+# many ranks would otherwise send rank 0 gigabytes. Each rank summarises all of its own samples first.
+CSV_SAMPLES = 3000
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ class _Part:
     device: str
     kind: str
     rank: int
-    readings: list[Reading]
+    readings: list[Reading]  # at most CSV_SAMPLES, evenly thinned
+    summary: DeviceStage | None  # of every reading of the stage
     note: str | None
 
 
@@ -111,7 +116,14 @@ class Recorder:
         end = time.time()
         readings = self.sampler.take(mark.start, end) if self.sampler is not None else []
         note = self.sampler.error if self.sampler is not None and self.sampler.error else self.note
-        return _Part(mark.start, end, self.host, self.device, self.kind, self.worker.rank, readings, note)
+        samples = [self._sample(mark.name, t, figures) for t, figures in readings]
+        summary = device_stage(self.kind, samples) if samples else None
+        step = -(-len(readings) // CSV_SAMPLES)  # ceil: keeps at most CSV_SAMPLES
+        return _Part(mark.start, end, self.host, self.device, self.kind, self.worker.rank, readings[::max(step, 1)],
+                     summary, note)
+
+    def _sample(self, stage: str, t_s: float, figures: dict[str, Any]) -> Sample:
+        return Sample(t_s, stage, self.host, self.device, self.worker.rank, **figures)
 
     def _record(self, name: str, parts: list[_Part]) -> None:
         """Rank 0: the stage's window and summaries into run.json, its samples onto telemetry.csv."""
@@ -123,10 +135,10 @@ class Recorder:
         for p in parts:
             if p.note and f"{p.host}: {p.note}" not in self.telemetry.notes:
                 self.telemetry.notes.append(f"{p.host}: {p.note}")
-            if p.readings:
-                samples = [Sample(t - t0, name, p.host, p.device, p.rank, **figures) for t, figures in p.readings]
-                self.telemetry.devices.append(device_stage(p.kind, samples))
-                self._samples += samples
+            if p.summary is not None:
+                self.telemetry.devices.append(p.summary)
+                self._samples += [Sample(t - t0, name, p.host, p.device, p.rank, **figures)
+                                  for t, figures in p.readings]
         if self._samples:
             self.folder.write_csv(TABLE, self._samples)
         self.folder.record(telemetry=self.telemetry)

@@ -9,6 +9,7 @@ from clusterbench.results.telemetry import FIGURES, DeviceStage, Sample, Spread
 
 
 def spread(values: list[float | None]) -> Spread | None:
+    """Min, median and max of the known values; None when none is known."""
     known = [v for v in values if v is not None]
     return Spread(min(known), statistics.median(known), max(known)) if known else None
 

@@ -77,13 +77,14 @@ def run_train(rank: Rank, job: TrainJob) -> None:
 @contextmanager
 def float32_matmuls() -> Iterator[None]:
     """float32 matmuls and convolutions in float32, not TF32, for as long as the canary runs."""
-    before = torch.get_float32_matmul_precision()
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False  # cudnn.flags() would also switch cuDNN itself off
     try:
-        with torch.backends.cudnn.flags(allow_tf32=False):
-            yield
+        yield
     finally:
-        torch.set_float32_matmul_precision(before)
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
 
 
 def _reduce(worker: Worker, values: list[float], op: dist.ReduceOp) -> list[float]:
