@@ -72,7 +72,7 @@ def comm_rows(ops_peak_gbs: dict[str, float], world_size: int = 8) -> list[dict[
                 "busbw_gbps": busbw * 8, "wrong": 0, "iters": 50, "p50_us": seconds * 1e6,
                 "p99_us": seconds * 1.1e6, "min_us": seconds * 0.95e6, "max_us": seconds * 1.2e6, "cv": 0.03,
                 "reduce_op": "sum" if op != "all_gather" else None, "root": None,
-                "scope": "global", "team": "all", "nodes": 1, "timing": "loop",
+                "scope": "global", "team": "all", "nodes": 1, "timing": "loop", "algo": "native",
             })
     assert set(rows[0]) == {f.name for f in fields(CommRow)}
     return rows

@@ -7,7 +7,7 @@ import os
 import sys
 
 from clusterbench import __version__
-from clusterbench.commands import align, baseline, comm, compare, diagnose, info, peak, report, run, train
+from clusterbench.commands import align, baseline, comm, compare, diagnose, info, model, peak, report, run, train
 from clusterbench.errors import EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError
 from clusterbench.harness import Command, ToolCommand
 
@@ -22,6 +22,7 @@ COMMANDS: tuple[Command, ...] = (
     compare.COMMAND,
     baseline.COMMAND,
     diagnose.COMMAND,
+    model.COMMAND,
 )
 
 

@@ -168,6 +168,15 @@ def _scoped(rows: list[CommRow], m: Metrics) -> None:
         m.put(f"comm.{scope}.{op}.busbw_gbps.worst", w.row.busbw_gbps,
               f"{op} {scope} busbw {w.row.busbw_gbps / BITS_PER_BYTE:.2f} GB/s at {w.row.size_bytes} B in "
               f"{w.row.team}, the worst of {w.teams}")
+    # --algo: each send/recv algorithm's busbw at the largest sizes, kept apart from the native op's.
+    built: dict[tuple[str, str], list[CommRow]] = {}
+    for r in rows:
+        if r.scope == "algo" and r.algo != "native" and r.world_size > 1:
+            built.setdefault((r.algo, r.op), []).append(r)
+    for (algo, op), found in built.items():
+        largest = max(r.size_bytes for r in found)
+        top = _mean([r.busbw_gbps for r in found if r.size_bytes >= largest / 4])
+        m.put(f"comm.algo.{algo}.{op}.busbw_gbps.top", top)
 
 
 def _pairwise(run: Run, m: Metrics) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 from clusterbench import faults
 from clusterbench.analyse.links import network_line
 from clusterbench.comm import options, scopes, table
+from clusterbench.comm.algos import NATIVE, implements, variant
 from clusterbench.comm.ops import OPS, Ctx, InPlace, Op
 from clusterbench.comm.pairwise import run_pairwise
 from clusterbench.comm.scopes import Team
@@ -75,7 +77,7 @@ def _bookkeeping(team: Team) -> Any:
     return None if team.nccl_algo else team.group
 
 
-def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -> CommRow:
+def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team, algo: str = NATIVE) -> CommRow:
     """Time one op at one element count within a team, then check it; identical on the team's ranks."""
     ctx = _ctx(op, worker, opts, count, True, team)
     n = ctx.n
@@ -104,23 +106,25 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team) -
         min_us=stats.min_s * 1e6, max_us=stats.max_s * 1e6, cv=stats.cv,
         reduce_op=opts.reduce_op if op.reduces else None,
         root=opts.root if op.rooted else None,
-        scope=team.scope, team=team.name, nodes=team.nodes, timing=mode,
+        scope=team.scope, team=team.name, nodes=team.nodes, timing=mode, algo=algo,
     )
 
 
 def sweep(worker: Worker, opts: CommOptions, sizes: list[int], team: Team,
           progress: Progress) -> Iterator[tuple[Op, CommRow]]:
     n = len(team.ranks)
-    plan = [(OPS[name], count) for name in options.op_names(opts) for count in counts_for(OPS[name], opts, sizes, n)]
-    label = "" if team.scope == "global" else f" ({team.scope} {team.name})"
-    for i, (op, count) in enumerate(plan, 1):
+    plan = [(variant(name, algo), _algo_team(team, algo), algo, count) for name in options.op_names(opts)
+            for algo in _algos(opts, team) if implements(algo, name)
+            for count in counts_for(OPS[name], opts, sizes, n)]
+    for i, (op, where_team, algo, count) in enumerate(plan, 1):
+        label = "" if where_team.scope == "global" else f" ({where_team.scope} {where_team.name})"
         where = f"{op.name} {count * dtype_named(opts.dtype).itemsize} B{label}"
         progress.at(where)
         faults.at_step(worker.rank, i)
         if worker.is_main and sys.stderr.isatty():
             print(f"\r[{i}/{len(plan)}] {where} ...", end="", file=sys.stderr, flush=True)
         try:
-            row = measure(op, worker, opts, count, team)
+            row = measure(op, worker, opts, count, where_team, algo)
         except (torch.OutOfMemoryError, RuntimeError) as e:
             if not is_out_of_memory(e):
                 raise
@@ -129,6 +133,17 @@ def sweep(worker: Worker, opts: CommOptions, sizes: list[int], team: Team,
         if worker.is_main and sys.stderr.isatty():
             print("\r\033[K", end="", file=sys.stderr, flush=True)
         yield op, row
+
+
+def _algos(opts: CommOptions, team: Team) -> tuple[str, ...]:
+    """The send/recv algorithms run in the whole-job sweep only: the other scopes ask about the links."""
+    return opts.algos if team.scope == "global" else (NATIVE,)
+
+
+def _algo_team(team: Team, algo: str) -> Team:
+    """A send/recv algorithm's rows go to scope "algo" under its name, as --nccl-algo's do, so they
+    sit beside the native op in the table and the report and stay out of its metrics."""
+    return team if algo == NATIVE else replace(team, scope="algo", name=algo)
 
 
 def fit_to_memory(worker: Worker, sizes: list[int]) -> list[int]:
@@ -160,13 +175,16 @@ class _Printer:
         if self.rows:
             last = self.rows[-1]
             done = [r for r in self.rows if (r.op, r.team) == (last.op, last.team)]
-            self.rank.say(table.summary(last.op, done, self.opts.unit, self.opts.check))
+            what = last.op if last.algo == "native" else f"{last.op} ({last.algo})"
+            self.rank.say(table.summary(what, done, self.opts.unit, self.opts.check))
         self.rows = []
 
 
 def _team_label(row: CommRow) -> str:
     if row.scope == "global":
         return ""
+    if row.algo != "native":
+        return f"algorithm {row.algo} from send/recv, {row.world_size} ranks"
     return f"{row.scope}: {row.team}, {row.world_size} ranks on {row.nodes} node{'s' * (row.nodes > 1)}"
 
 

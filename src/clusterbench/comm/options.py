@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from clusterbench import args as argtypes
+from clusterbench.comm.algos import ALGO_NAMES, COMBINE, NATIVE, implements
 from clusterbench.comm.ops import ALL_OPS, OPS, REDUCE_OPS
 from clusterbench.comm.scopes import NCCL_ALGOS, SCOPES
 from clusterbench.comm.sizes import sweep
@@ -41,6 +42,15 @@ def nccl_algos(text: str) -> tuple[str, ...]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown NCCL algorithm {', '.join(unknown) or text!r}: "
                                          f"choose from {', '.join(NCCL_ALGOS)}")
+    return names
+
+
+def algo_list(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    unknown = [n for n in names if n not in ALGO_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown algorithm {', '.join(unknown) or text!r}: "
+                                         f"choose from {', '.join(ALGO_NAMES)}")
     return names
 
 
@@ -87,6 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pairwise: flag a pair, rank or node below this fraction of its class's median (default 0.8)")
     g.add_argument("--nodes-only", dest="nodes_only", action="store_true",
                    help="pairwise: one rank per node, for large fleets")
+    p.add_argument("--algo", dest="algos", type=algo_list,
+                   help=f"the native op and/or collectives built from send/recv, side by side "
+                        f"({', '.join(ALGO_NAMES)}; comma-separated; default native)")
     g.add_argument("--nccl-algo", dest="nccl_algos", type=nccl_algos,
                    help=f"NCCL: sweep once per algorithm, side by side ({', '.join(NCCL_ALGOS)}; comma-separated)")
 
@@ -148,6 +161,7 @@ def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: 
         if cannot:
             raise UsageError(f"--nccl-algo {algo}: NCCL runs only {', '.join(NCCL_ALGOS[algo])} with it, not "
                              f"{', '.join(cannot)}; choose --ops accordingly")
+    _validate_algos(opts)
     if opts.timing == "graph" and (device_type != "cuda" or backend != "nccl"):
         raise UsageError(f"--timing graph replays CUDA graphs of NCCL calls; this run is {backend or 'no'} "
                          f"backend on {device_type}: use --timing loop or stamps")
@@ -161,6 +175,21 @@ def validate(opts: CommOptions, world_size: int, device_type: str, local_ranks: 
     top = max(sizes(opts, device_type))
     if local_ranks is not None:
         check_memory(top, local_ranks, device_type)
+
+
+def _validate_algos(opts: CommOptions) -> None:
+    """Each send/recv algorithm must implement one of the chosen ops; the others are skipped for it."""
+    built = [a for a in opts.algos if a != NATIVE]
+    if not built:
+        return
+    if opts.nccl_algos:
+        raise UsageError("--algo and --nccl-algo both put algorithms side by side: choose one")
+    for algo in built:
+        if not any(implements(algo, name) for name in op_names(opts)):
+            raise UsageError(f"--algo {algo} implements none of {', '.join(op_names(opts))}; choose --ops accordingly")
+    reducing = [name for name in op_names(opts) if OPS[name].reduces and any(implements(a, name) for a in built)]
+    if reducing and opts.reduce_op not in COMBINE:
+        raise UsageError(f"--algo {','.join(built)} reduces with {', '.join(COMBINE)}, not {opts.reduce_op}")
 
 
 def check_memory(max_bytes: int, local_ranks: int, device_type: str) -> None:

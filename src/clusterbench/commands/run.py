@@ -19,6 +19,7 @@ from typing import Any
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import expected as expected_figures
+from clusterbench.analyse.model import fit_model
 from clusterbench.analyse.rules import Rule, default_rules, load_rules
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.comm import options as comm_options
@@ -177,6 +178,7 @@ def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
         if job is not None:
             train_job.judge(run, job)
     expected_figures.attach(run, list(plan.tables), plan.expected)
+    run.model = fit_model(run)
     run.verdicts = judge(run, list(plan.rules))
     run.verdict = overall(run.verdicts)
     report = render_report(run_dir, run)

@@ -35,7 +35,9 @@ _LINK_LABEL = BANDWIDTH_UNITS["GBps"][0]
 _GBS = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:([-–])(\d[\d,]*(?:\.\d+)?))? GB/s")
 _SCOPES = {"intra": "each node's ranks among themselves, all nodes at once",
            "inter": "one rank per node (rail k: local rank k of every node), one rail at a time",
-           "algo": "the whole job once per NCCL algorithm (busbw equals the wire's rate only for Ring)"}
+           "algo": "the whole job once per NCCL algorithm (--nccl-algo) or per collective algorithm built from "
+                   "send/recv (--algo, beside the native op; docs/methodology.md §13); busbw equals the wire's "
+                   "rate only for ring algorithms"}
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,17 @@ def rows_by_op(run: Run) -> dict[str, list[CommRow]]:
 
 
 def scoped_rows(run: Run) -> dict[tuple[str, str], dict[str, list[CommRow]]]:
-    """Rows of the intra and inter scopes: per (scope, op), per team, sorted by size."""
+    """Rows of the intra, inter and algo scopes: per (scope, op), per team, sorted by size."""
     grouped: dict[tuple[str, str], dict[str, list[CommRow]]] = {}
     for row in run.comm:
         if row.scope != "global":
             grouped.setdefault((row.scope, row.op), {}).setdefault(row.team, []).append(row)
+    # --algo: the native op's own line in each algorithm plot, to be measured against.
+    for (scope, op), by_team in grouped.items():
+        if scope == "algo" and any(r.algo != "native" for rows in by_team.values() for r in rows):
+            native = [replace(r, team="native") for r in run.comm if r.scope == "global" and r.op == op]
+            if native:
+                grouped[(scope, op)] = {"native": native, **by_team}
     return {key: {team: sorted(rows, key=lambda r: r.size_bytes) for team, rows in teams.items()}
             for key, teams in grouped.items()}
 

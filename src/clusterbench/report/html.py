@@ -12,7 +12,7 @@ from pathlib import Path
 
 from clusterbench.analyse.metrics import metrics_of
 from clusterbench.analyse.verdicts import judge, overall
-from clusterbench.report import comm, telemetry, train
+from clusterbench.report import comm, model, telemetry, train
 from clusterbench.report.blocks import badge, esc, section
 from clusterbench.report.expected import expected_section
 from clusterbench.report.hardware import hardware_section, peaks_section
@@ -42,7 +42,8 @@ def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
 
 def expected_plots(run: Run) -> int:
     """How many inline SVG plots page(run) holds; the browser test checks the DOM against it."""
-    return (comm.plot_count(run) + bool(run.pairs) + sum(train.plot_count(t) for t in (run.canary, run.train) if t)
+    return (comm.plot_count(run) + model.plot_count(run) + bool(run.pairs)
+            + sum(train.plot_count(t) for t in (run.canary, run.train) if t)
             + telemetry.plot_count(run))
 
 
@@ -65,6 +66,8 @@ def page(run: Run, run_dir: Path | None = None) -> str:
         parts.append(peaks_section(run.peaks, run.hardware))
     if run.comm:
         parts.append(comm.comm_section(run))
+    if run.model:
+        parts.append(model.model_section(run))
     if run.pairs:
         parts.append(pairs_section(run))
     if run.canary:
@@ -75,7 +78,7 @@ def page(run: Run, run_dir: Path | None = None) -> str:
         parts.append(telemetry.telemetry_section(run, run_dir))
     anchors = [("verdicts", "Verdicts"), ("expected", "Expected"), ("hardware", "Hardware"),
                ("placement", "Placement"), ("peaks", "Peaks"),
-               ("comm", "Communication"), ("pairs", "Pairwise links"), ("canary", "Canary"),
+               ("comm", "Communication"), ("model", "Model"), ("pairs", "Pairwise links"), ("canary", "Canary"),
                ("train", "Fine-tuning"), ("telemetry", "Telemetry")]
     body = "".join(parts)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in anchors if f'<section id="{a}"' in body)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from clusterbench import __version__
 from clusterbench.results.hardware import Hardware, Peaks
+from clusterbench.results.model import ModelFit
 from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.telemetry import Telemetry
 
@@ -81,6 +82,7 @@ class CommOptions:
     flag_below: float = 0.8  # pairwise: flag what is below this fraction of its class's median
     nodes_only: bool = False  # pairwise: one rank per node
     nccl_algos: tuple[str, ...] = ()  # sweep once per NCCL_ALGO (scope "algo") in place of the global sweep
+    algos: tuple[str, ...] = ("native",)  # --algo: the native op and/or send/recv algorithms, side by side
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class CommRow:
     team: str = "all"  # the ranks measured together: all, a node's name, or "rail k"
     nodes: int = 1  # the nodes those ranks span
     timing: str = "stamps"  # how it was timed: stamps (p50..cv over calls), loop or graph (over batches)
+    algo: str = "native"  # the backend's own op, or a send/recv algorithm of comm/algos.py (scope "algo")
 
     @property
     def description(self) -> str:
@@ -260,6 +263,7 @@ class Run:
     comm_options: CommOptions | None = None
     comm: list[CommRow] = field(default_factory=list)
     pairs: list[PairRow] = field(default_factory=list)
+    model: ModelFit | None = None  # the alpha-beta model fitted to this run's comm rows (§14)
     nccl: NcclFacts | None = None  # what NCCL's own log says it found and chose (docs/methodology.md §9)
     telemetry: Telemetry | None = None  # device telemetry per stage; its samples: telemetry.csv (§10)
     train: Train | None = None
