@@ -43,7 +43,9 @@ def test_pairwise_flags_the_slow_node_and_inter_shows_it(tmp_path: Path) -> None
     assert max(from_slow) < 0.3 < 1.0 < min(others), pairs  # tbf holds node 2 to 0.2 Gbit/s
     flags = [line for line in node0.stdout.splitlines() if line.startswith("# FLAG")]
     assert flags[0].startswith(f"# FLAG node node{SLOW} sends at"), node0.stdout
-    assert not any("node node0" in f or "node node1" in f for f in flags)
+    # The healthy nodes send at full rate. (Each receives one pair from the slow node, half of its
+    # pairs: a veth pair starved of CPU on a loaded 2-core runner can tip the other below the flag.)
+    assert not any(f"node node{i} sends" in f for f in flags for i in range(NODES) if i != SLOW)
     assert (tmp_path / "pairs" / "pairs.csv").read_text().count("\n") == len(pairs) + 1
 
     rows = read_run(tmp_path / "inter")["comm"]

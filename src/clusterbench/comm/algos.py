@@ -2,7 +2,7 @@
 
 Each algorithm fills the same buffers as the native op it stands for (comm/ops.py), so the sweep
 times it, checks it against the same values and credits it the same busbw factor: an entry here
-is only (name, op, function). Every step posts its sends and receives as one batch (ops._exchange),
+is only (name, op, function). Every step posts its sends and receives as one batch (ops.exchange),
 so neighbours that send to each other at once cannot deadlock.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from clusterbench.comm.ops import OPS, Buffers, Ctx, Op, _exchange
+from clusterbench.comm.ops import OPS, Buffers, Ctx, Op, exchange
 
 NATIVE = "native"
 # The reductions an algorithm can apply locally, exactly as the backend does. avg is refused: the
@@ -31,7 +31,7 @@ Pair = tuple[torch.Tensor, int]
 
 def _step(c: Ctx, sends: list[Pair], recvs: list[Pair]) -> None:
     """One round; empty pieces (sizes not divisible by n) are skipped, on both sides alike."""
-    _exchange(c, [s for s in sends if s[0].numel()], [r for r in recvs if r[0].numel()])
+    exchange(c, [s for s in sends if s[0].numel()], [r for r in recvs if r[0].numel()])
 
 
 def _reducing_step(c: Ctx, send: torch.Tensor, to: int, into: torch.Tensor, tmp: torch.Tensor, frm: int) -> None:

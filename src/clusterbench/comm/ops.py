@@ -174,7 +174,7 @@ def _pt2pt_buffers(c: Ctx, bidirectional: bool) -> Buffers:
     return bufs
 
 
-def _exchange(c: Ctx, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
+def exchange(c: Ctx, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> None:
     """Post every send and receive (team ranks) as one batch, then wait for all. One batch, as
     nccl-tests' sendrecv does: NCCL may hold a send until the matching receive is posted, so a
     rank that sends before it receives deadlocks with a peer doing the same once the message
@@ -186,7 +186,7 @@ def _exchange(c: Ctx, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[t
 
 
 def _pt2pt_run(c: Ctx, b: Buffers) -> None:
-    _exchange(c, [(b["in"], c.peer)] if "in" in b else [], [(b["out"], c.peer)] if "out" in b else [])
+    exchange(c, [(b["in"], c.peer)] if "in" in b else [], [(b["out"], c.peer)] if "out" in b else [])
 
 
 def _pt2pt(name: str, bidirectional: bool) -> Op:
@@ -214,10 +214,10 @@ def _incast_buffers(c: Ctx) -> Buffers:
 
 def _incast_run(c: Ctx, b: Buffers) -> None:
     if c.rank != c.root:
-        _exchange(c, [(b["in"], c.root)], [])
+        exchange(c, [(b["in"], c.root)], [])
         return
     senders = [r for r in range(c.n) if r != c.root]
-    _exchange(c, [], list(zip(b["out"].split(c.count), senders)))
+    exchange(c, [], list(zip(b["out"].split(c.count), senders)))
 
 
 def _incast_expected(c: Ctx) -> Expect | None:
@@ -294,7 +294,7 @@ OPS: dict[str, Op] = {
         Op(
             "sendrecv", lambda n: 1.0, False, InPlace.NEVER, False,
             buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
-            run=lambda c, b: _exchange(c, [(b["in"], (c.rank + 1) % c.n)], [(b["out"], (c.rank - 1) % c.n)]),
+            run=lambda c, b: exchange(c, [(b["in"], (c.rank + 1) % c.n)], [(b["out"], (c.rank - 1) % c.n)]),
             expected=lambda c: c.copy_of((c.rank - 1) % c.n),
             min_ranks=2,
         ),
