@@ -9,6 +9,7 @@ devices' free memory.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -36,22 +37,23 @@ def ops_list(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def nccl_algos(text: str) -> tuple[str, ...]:
+def _choices(text: str, known: Iterable[str], what: str) -> tuple[str, ...]:
+    """A comma-separated list of names, each one of `known` (case-insensitive), in the order given."""
+    known = tuple(known)
     names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
-    unknown = [n for n in names if n not in NCCL_ALGOS]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown NCCL algorithm {', '.join(unknown) or text!r}: "
-                                         f"choose from {', '.join(NCCL_ALGOS)}")
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(unknown) or text!r}: "
+                                         f"choose from {', '.join(known)}")
     return names
+
+
+def nccl_algos(text: str) -> tuple[str, ...]:
+    return _choices(text, NCCL_ALGOS, "NCCL algorithm")
 
 
 def algo_list(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
-    unknown = [n for n in names if n not in ALGO_NAMES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown algorithm {', '.join(unknown) or text!r}: "
-                                         f"choose from {', '.join(ALGO_NAMES)}")
-    return names
+    return _choices(text, ALGO_NAMES, "algorithm")
 
 
 def dtype_name(text: str) -> str:

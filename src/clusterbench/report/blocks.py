@@ -57,6 +57,11 @@ def facts(pairs: Iterable[tuple[str, str]]) -> str:
     return f'<dl class="facts">{items}</dl>'
 
 
+def sentence(text: str) -> str:
+    """Words written for the middle of a line ("no theoretical line: ...") as a sentence of their own."""
+    return text[:1].upper() + text[1:] + "."
+
+
 def note(text_html: str, kind: str = "info") -> str:
     return f'<p class="note {kind}">{text_html}</p>'
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from clusterbench import limits
 from clusterbench.analyse import expected, teams
 from clusterbench.analyse.links import link_line
-from clusterbench.analyse.metrics import metrics_of
-from clusterbench.report.blocks import details, esc, note, num, pct, section, table
+from clusterbench.analyse.metrics import Metrics
+from clusterbench.report.blocks import details, esc, note, num, pct, section, sentence, table
 from clusterbench.report.plots import (
     PALETTE,
     PANEL_SIZE,
@@ -110,8 +110,8 @@ def plot_count(run: Run) -> int:
     return (2 if ops else 0) + (ops if ops > 1 else 0) + len(scoped_rows(run))
 
 
-def comm_section(run: Run) -> str:
-    view = _page_view(run)
+def comm_section(run: Run, metrics: Metrics) -> str:
+    view = _page_view(run, metrics)
     groups = rows_by_op(run)
     body = _line_notes(run, view) + _above_line(groups, view)
     if len(groups) == 1:
@@ -125,7 +125,7 @@ def comm_section(run: Run) -> str:
     return section("comm", "Collective communication", body, lead=lead)
 
 
-def _page_view(run: Run) -> View:
+def _page_view(run: Run, metrics: Metrics) -> View:
     options = run.comm_options or CommOptions()
     line_gbs, line_text = link_line(run)
     line = line_gbs * BITS_PER_BYTE * BANDWIDTH_UNITS[options.unit][1] if line_gbs else None
@@ -134,12 +134,11 @@ def _page_view(run: Run) -> View:
     times = [t for r in run.comm for t in ((r.duration_us, r.p50_us, r.p99_us) if _stamped(r) else (r.duration_us,))]
     scales = Scales(sizes=log_span(r.size_bytes for r in run.comm),
                     busbw=log_span([view.busbw(r) for r in run.comm] + [line or 0.0]), latency=log_span(times))
-    return replace(view, scales=scales, expected=_expected_words(run, view))
+    return replace(view, scales=scales, expected=_expected_words(run, view, metrics.values))
 
 
-def _expected_words(run: Run, view: View) -> dict[str, str]:
+def _expected_words(run: Run, view: View, values: dict[str, float]) -> dict[str, str]:
     """Per op with an expected busbw: the run's figure as a share of what systems like this measure."""
-    values = metrics_of(run).values if run.expected else {}
     words = {}
     for name, e in run.expected.items():
         op = re.fullmatch(r"comm\.(\w+)\.busbw_gbps\.top", name)
@@ -165,7 +164,7 @@ def _latency_curve(rows: list[CommRow], band: bool = True) -> Curve:
 
 def _line_notes(run: Run, view: View) -> str:
     if not view.line:
-        return note(esc(view.line_text[:1].upper() + view.line_text[1:] + "."))
+        return note(esc(sentence(view.line_text)))
     notes = note(esc(f"Theoretical line: {view.restated(view.line_text)}, one direction."))
     if any(g.nvlink_version == 4 for g in run.hardware.gpus):
         notes += note(esc(f"NVLink 4: {view.restated(limits.NVLINK[4].note)}."))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit
-from clusterbench.report.blocks import esc, note, num, pct, section, table
+from clusterbench.report.blocks import esc, note, num, pct, section, sentence, table
 from clusterbench.results.schema import CommOptions, Expected, Run
 from clusterbench.units import BANDWIDTH_UNITS
 
@@ -57,7 +57,7 @@ def expected_section(run: Run, metrics: Metrics) -> str:
         body = table(["figure", "measured on", "source", "this run", "systems like this measure", "of that",
                       "of the link's theoretical"], rows, numeric_from=3)
     if run.expected_note:
-        body += note(esc(run.expected_note[:1].upper() + run.expected_note[1:] + "."))
+        body += note(esc(sentence(run.expected_note)))
     if not rows:
         body += note("No figure of this run is compared with published measurements: no guess is made. Add your "
                      "fleet's figures with <code>--expected FILE</code> (the form of the shipped "

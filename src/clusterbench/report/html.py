@@ -65,7 +65,7 @@ def page(run: Run, run_dir: Path | None = None) -> str:
     if run.peaks:
         parts.append(peaks_section(run.peaks, run.hardware))
     if run.comm:
-        parts.append(comm.comm_section(run))
+        parts.append(comm.comm_section(run, metrics))
     if run.model:
         parts.append(model.model_section(run))
     if run.pairs:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.report.blocks import esc, note, section, table
+from clusterbench.report.blocks import esc, note, section, sentence, table
 from clusterbench.results.schema import Placement, Run
 
 
@@ -20,6 +20,6 @@ def placement_section(run: Run, metrics: Metrics) -> str:
                  rows, numeric_from=7)
     said = metrics.notes.get("hardware.affinity.far_from_gpu") or metrics.absent.get("hardware.affinity.far_from_gpu")
     if said:
-        body = note(esc(said[:1].upper() + said[1:] + ".")) + body
+        body = note(esc(sentence(said))) + body
     return section("placement", "Rank placement", body,
                    lead="A rank should run on CPUs of its GPU's NUMA node (docs/methodology.md §12).")
