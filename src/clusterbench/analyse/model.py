@@ -17,6 +17,7 @@ from clusterbench.comm.ops import OPS
 from clusterbench.errors import UsageError
 from clusterbench.results.model import LinkName, LinkParams, ModelFit, OpFit, Validation
 from clusterbench.results.schema import CommRow, Run
+from clusterbench.units import human_bytes
 
 # Latency steps of each op's ring (pairwise for all_to_all, pipelined chain for the rooted ones); the
 # bytes each rank puts on its link are the op's busbw factor times S, which is why busbw is a link rate.
@@ -30,6 +31,7 @@ RING_STEPS: dict[str, Callable[[int], float]] = {
     "pt2pt": lambda n: 1,
 }
 PREFERRED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")  # what the links are derived from
+HOLDOUT_BAR = 0.15  # a held-out median error above this: the sizes do not follow one line
 _HUBER = 1.345  # the usual tuning constant: 95 % efficiency on clean normal errors
 _MAD = 1.4826  # MAD to a normal sigma
 
@@ -99,12 +101,14 @@ def row_time(row: CommRow, stat: str) -> float:
     return {"p50": row.p50_us, "min": row.min_us}.get(stat, row.duration_us)
 
 
-def groups(run: Run) -> dict[tuple[str, LinkName, int], list[CommRow]]:
-    """The run's comm rows by (op, link class, ranks); teams of one scope pool into one group."""
+def groups(run: Run, size_range: tuple[int, int] | None = None) -> dict[tuple[str, LinkName, int], list[CommRow]]:
+    """The run's comm rows (within size_range) by (op, link class, ranks); teams of one scope pool into one group."""
+    low, high = size_range or (0, math.inf)
     found: dict[tuple[str, LinkName, int], list[CommRow]] = {}
     for row in run.comm:
         link = link_of(row)
-        if link is not None and row.op in OPS and row.wrong == 0 and row_time(row, "mean") > 0:
+        if (link is not None and row.op in OPS and row.wrong == 0 and row_time(row, "mean") > 0
+                and low <= row.size_bytes <= high):
             found.setdefault((row.op, link, row.world_size), []).append(row)
     return found
 
@@ -146,12 +150,15 @@ def validate(op: str, link: LinkName, rows: list[CommRow], stat: str) -> Validat
     return Validation(op, link, statistics.median(errors), max(errors), len(errors))
 
 
-def fit_run(run: Run, stat: str = "p50") -> ModelFit:
-    """The model of every op and link class the run measured; UsageError when it has no comm rows to fit."""
-    found = {key: rows for key, rows in groups(run).items() if len({r.size_bytes for r in rows}) >= 2}
+def fit_run(run: Run, stat: str = "p50", size_range: tuple[int, int] | None = None) -> ModelFit:
+    """The model of every op and link class the run measured (within size_range, bytes, both included);
+    UsageError when it has no comm rows to fit."""
+    found = {key: rows for key, rows in groups(run, size_range).items() if len({r.size_bytes for r in rows}) >= 2}
     if not found:
-        raise UsageError("the run holds no comm rows with two or more sizes to fit (run clusterbench comm first)")
-    model = ModelFit(stat)  # type: ignore[arg-type]
+        within = f" from {span(size_range)}" if size_range else ""
+        raise UsageError(f"the run holds no comm rows with two or more sizes{within} to fit "
+                         "(run clusterbench comm first)")
+    model = ModelFit(stat, size_range=size_range)  # type: ignore[arg-type]
     for (op, link, n), rows in sorted(found.items()):
         model.fits.append(fit_rows(op, link, n, rows, stat))
         check = validate(op, link, rows, stat)
@@ -159,6 +166,19 @@ def fit_run(run: Run, stat: str = "p50") -> ModelFit:
             model.validation.append(check)
     model.links = derive_links(model.fits)
     return model
+
+
+def span(size_range: tuple[int, int]) -> str:
+    return f"{human_bytes(size_range[0])} to {human_bytes(size_range[1])}"
+
+
+def bent(model: ModelFit) -> list[str]:
+    """Why a fit may not be trusted: each op whose held-out error says its times do not follow one line."""
+    return [f"{v.op} ({v.link}): held-out error {v.median_error:.0%} median, above {HOLDOUT_BAR:.0%}: its times "
+            "do not follow one line over these sizes (the cost per byte changes past a cache boundary on CPUs, "
+            "at a protocol switch on GPUs, or the timings are noisy); fit the sizes of one regime with "
+            "`clusterbench model fit --sizes LOW..HIGH`"
+            for v in model.validation if v.median_error > HOLDOUT_BAR]
 
 
 def fit_model(run: Run) -> ModelFit | None:

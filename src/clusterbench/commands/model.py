@@ -7,7 +7,7 @@ from pathlib import Path
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import predict as pr
-from clusterbench.analyse.model import fit_run
+from clusterbench.analyse.model import bent, fit_run, span
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.harness import ToolCommand
 from clusterbench.results.documents import write_text
@@ -23,6 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fit = sub.add_parser("fit", help="fit alpha and beta per op and link class to a run's comm rows")
     fit.add_argument("run_dir", metavar="RUN_DIR")
     fit.add_argument("--save", action="store_true", help="store the fit in the run's run.json (section model)")
+    fit.add_argument("--sizes", metavar="LOW..HIGH", help="fit only the rows of these sizes (e.g. 1K..1M; default all)")
     _add_stat(fit)
     pre = sub.add_parser("predict", help="predict collective times for a described cluster, per algorithm")
     pre.add_argument("--from", dest="from_run", metavar="RUN_DIR", help="link classes as fitted to this run")
@@ -47,8 +48,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     run = load_run(args.run_dir)
-    model = fit_run(run, args.stat)
+    model = fit_run(run, args.stat, _range(args.sizes) if args.sizes else None)
     print(fit_text(model))
+    for reason in bent(model):
+        print(f"# not one line: {reason}")
     if args.save:
         run.model = model
         save_run(Path(args.run_dir), run)
@@ -58,7 +61,8 @@ def _fit(args: argparse.Namespace) -> int:
 
 def fit_text(model: ModelFit) -> str:
     checks = {(v.op, v.link): v for v in model.validation}
-    lines = [f"# alpha-beta fit of each row's {model.stat} time: t(S) = alpha + beta * S",
+    within = f", sizes {span(model.size_range)}" if model.size_range else ""
+    lines = [f"# alpha-beta fit of each row's {model.stat} time{within}: t(S) = alpha + beta * S",
              f"{'op':<15} {'link':<5} {'ranks':>5} {'alpha':>11} {'beta us/B':>11} {'link GB/s':>10} "
              f"{'R2 (log)':>8} {'points':>6} {'holdout err med/max':>20}"]
     for f in model.fits:
@@ -94,12 +98,20 @@ def cluster_of(args: argparse.Namespace) -> pr.Cluster:
     return pr.Cluster(args.nodes, gpus, links["intra"], links.get("inter"))
 
 
-def _sizes(text: str) -> list[int]:
+def _range(text: str) -> tuple[int, int]:
+    """--sizes LOW..HIGH (or one size) in bytes."""
     low, sep, high = text.partition("..")
     try:
-        return pr.sweep(argtypes.size(low), argtypes.size(high if sep else low))
+        bounds = argtypes.size(low), argtypes.size(high if sep else low)
     except argparse.ArgumentTypeError as e:
         raise UsageError(f"--sizes {text}: {e}") from None
+    if bounds[1] < bounds[0]:
+        raise UsageError(f"--sizes {text}: the high end is below the low one")
+    return bounds
+
+
+def _sizes(text: str) -> list[int]:
+    return pr.sweep(*_range(text))
 
 
 def _predict(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from clusterbench.analyse import predict as pr
-from clusterbench.analyse.model import groups, row_time
+from clusterbench.analyse.model import bent, groups, row_time, span
 from clusterbench.report.blocks import esc, note, num, pct, section, table
 from clusterbench.report.plots import PAIR_SIZE, PALETTE, STYLE, inline_svg
 from clusterbench.results.model import ModelFit
@@ -38,6 +38,7 @@ def model_section(run: Run) -> str:
                      f"{pct(v.median_error)} / {pct(v.max_error)}" if v else "-"])
     body = table(["op", "link", "ranks", "alpha", "beta (µs/B)", "link GB/s", "R² (log t)", "points",
                   "held-out error median / max"], rows, numeric_from=2)
+    body += "".join(note(esc(f"Not one line: {reason}.")) for reason in bent(model))
     body += "".join(note(esc(f"{p.link}-node link: {duration(p.alpha_us)} per step, {p.bandwidth_gb_s:.4g} GB/s, "
                              f"from {p.source} through the ring's steps and bytes"))
                     for p in model.links)
@@ -51,7 +52,8 @@ def model_section(run: Run) -> str:
                          f"{assumed}. all_reduce of 1 GiB: {duration(best.time_us)} by {best.algorithm}, "
                          f"busbw {best.busbw_gb_s:.4g} GB/s."))
         body += prediction_svg(cluster, "all_reduce", predictions, name="model-target")
-    lead = (f"t(S) = alpha + beta·S fitted to each row's {model.stat} time, per op and link class, on relative "
+    within = f" (sizes {span(model.size_range)})" if model.size_range else ""
+    lead = (f"t(S) = alpha + beta·S fitted to each row's {model.stat} time{within}, per op and link class, on relative "
             "error with robust weights; the held-out error is that of a fit on every other size predicting "
             "the sizes between (docs/methodology.md §14).")
     return section("model", "Alpha-beta model", body, lead=lead)

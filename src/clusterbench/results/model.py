@@ -49,3 +49,4 @@ class ModelFit:
     fits: list[OpFit] = field(default_factory=list)
     links: list[LinkParams] = field(default_factory=list)
     validation: list[Validation] = field(default_factory=list)
+    size_range: tuple[int, int] | None = None  # the sizes fitted (bytes, both included); None: all of them
