@@ -6,7 +6,6 @@ import hashlib
 import importlib.util
 import json
 import shutil
-import time
 from importlib.resources import files
 from pathlib import Path
 
@@ -59,10 +58,8 @@ def test_assets_match_generator():
     assert data == (ASSETS / "sft.jsonl").read_bytes()
 
 
-def test_shipped_task_loads_fast():
-    t0 = time.perf_counter()
+def test_shipped_task_loads():
     task = load_task()
-    assert time.perf_counter() - t0 < 4.0  # ~0.5 s measured; slack for slow CI
     assert task.name == SHIPPED_NAME
     assert task.vocab_size == 4096
     assert task.num_samples == 8000 and task.dropped == 0

@@ -4,6 +4,7 @@ synthetic records, and the report section with and without telemetry.csv."""
 from __future__ import annotations
 
 import csv
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_run_samples_each_stage_inside_its_window(tmp_path: Path) -> None:
     # The stages of `run`, not `run` itself: a stage marked inside another takes its place.
     assert list(windows) == ["hardware", "peaks", "comm"] and t["hz"] == 40
     rows = _rows(out)
-    assert {"peaks", "comm"} <= {r["stage"] for r in rows} <= set(windows)
+    assert {r["stage"] for r in rows} == set(windows)  # the short hardware stage too: one reading at its end
     for r in rows:
         start, end = windows[r["stage"]]
         assert start <= float(r["t_s"]) <= end, r
@@ -166,8 +167,46 @@ def test_sampler_keeps_readings_for_the_window_that_takes_them() -> None:
     sampler.stop()
     end = time.time()
     taken = sampler.take(start, end)
-    assert 2 <= len(taken) <= 45 and all(start <= t <= end for t, _ in taken)  # a loaded machine ticks late
+    # a loaded machine ticks late, and missed ticks are skipped, never caught up in a burst
+    assert 2 <= len(taken) <= 2 + (end - start) * 200 and all(start <= t <= end for t, _ in taken)
     assert sampler.take(start, end) == []  # taken once
+
+
+def test_a_stage_shorter_than_the_period_still_gets_a_reading() -> None:
+    class Counter:
+        n = 0
+
+        def read(self) -> dict:
+            self.n += 1
+            return {"util_pct": float(self.n)}
+
+    sampler = Sampler(Counter(), hz=0.1)  # one reading at the start, the next 10 s later
+    try:
+        time.sleep(0.05)
+        start = time.time()
+        assert sampler.take(start, time.time()) == []
+        t, reading = sampler.read_now()
+        assert t >= start and reading["util_pct"] >= 1
+    finally:
+        sampler.stop()
+
+
+def test_a_reading_now_never_waits_for_a_stuck_probe() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Stuck:  # a GPU whose driver does not answer
+        def read(self) -> dict:
+            entered.set()
+            release.wait(10)
+            return {}
+
+    sampler = Sampler(Stuck(), hz=10)
+    try:
+        assert entered.wait(10)
+        assert sampler.read_now() is None
+    finally:
+        release.set()
+        sampler.stop()
 
 
 def _stage(stage: str, device: str, clock: float = 1980, power: float = 650, host: str = "node-a",

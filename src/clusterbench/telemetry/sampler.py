@@ -22,6 +22,7 @@ class Sampler:
         self.error: str | None = None  # why sampling stopped early
         self._readings: list[Reading] = []
         self._lock = threading.Lock()
+        self._probing = threading.Lock()
         self._stop = threading.Event()
         # A daemon: a rank that ends by an error must never wait on its sampler.
         self._thread = threading.Thread(target=self._run, name="clusterbench-telemetry", daemon=True)
@@ -30,16 +31,31 @@ class Sampler:
     def _run(self) -> None:
         due = time.monotonic()
         while not self._stop.wait(max(0.0, due - time.monotonic())):
-            t = time.time()
-            try:
-                reading = self.probe.read()
-            except Exception as e:  # a probe's fault must cost the telemetry, never the benchmark
-                self.error = f"sampling stopped: {one_line(e)}"
+            reading = self._read()
+            if reading is None:
                 return
             with self._lock:
-                self._readings.append((t, reading))
+                self._readings.append(reading)
             # Behind (a slow NVML call): skip the missed ticks rather than catch up in a burst.
             due = max(due + self.period_s, time.monotonic())
+
+    def _read(self, wait: bool = True) -> Reading | None:
+        # The thread and read_now share one probe, whose counters keep state. read_now never waits: the
+        # thread holding the probe may be stuck in a sick GPU's driver, and the rank must not be.
+        if not self._probing.acquire(blocking=wait):
+            return None
+        try:
+            return time.time(), self.probe.read()
+        except Exception as e:  # a probe's fault must cost the telemetry, never the benchmark
+            self.error = f"sampling stopped: {one_line(e)}"
+            self._stop.set()
+            return None
+        finally:
+            self._probing.release()
+
+    def read_now(self) -> Reading | None:
+        """One reading at once, for a stage shorter than the period; None when the probe is busy or has failed."""
+        return None if self.error else self._read(wait=False)
 
     def take(self, start: float, end: float) -> list[Reading]:
         """The readings taken from `start` to `end` (unix times); older ones are dropped, later ones kept."""

@@ -113,8 +113,10 @@ class Recorder:
                 self._record(name, parts)
 
     def _part(self, mark: _Mark) -> _Part:
+        readings = self.sampler.take(mark.start, time.time()) if self.sampler is not None else []
+        if self.sampler is not None and not readings:  # shorter than the sampling period: one reading of it
+            readings = [r for r in [self.sampler.read_now()] if r is not None]
         end = time.time()
-        readings = self.sampler.take(mark.start, end) if self.sampler is not None else []
         note = self.sampler.error if self.sampler is not None and self.sampler.error else self.note
         samples = [self._sample(mark.name, t, figures) for t, figures in readings]
         summary = device_stage(self.kind, samples) if samples else None
