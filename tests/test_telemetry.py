@@ -153,14 +153,18 @@ def test_cpu_probe_falls_back_to_cpuinfo_and_none(tmp_path: Path) -> None:
     assert CpuProbe(tmp_path / "nothing", cores=[0]).read()["clock_mhz"] is None
 
 
+class Counter:
+    """A probe whose readings count themselves."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def read(self) -> dict:
+        self.n += 1
+        return {"util_pct": float(self.n)}
+
+
 def test_sampler_keeps_readings_for_the_window_that_takes_them() -> None:
-    class Counter:
-        n = 0
-
-        def read(self) -> dict:
-            self.n += 1
-            return {"util_pct": float(self.n)}
-
     start = time.time()
     sampler = Sampler(Counter(), hz=200)
     time.sleep(0.2)
@@ -173,13 +177,6 @@ def test_sampler_keeps_readings_for_the_window_that_takes_them() -> None:
 
 
 def test_a_stage_shorter_than_the_period_still_gets_a_reading() -> None:
-    class Counter:
-        n = 0
-
-        def read(self) -> dict:
-            self.n += 1
-            return {"util_pct": float(self.n)}
-
     sampler = Sampler(Counter(), hz=0.1)  # one reading at the start, the next 10 s later
     try:
         time.sleep(0.05)
