@@ -21,6 +21,9 @@ PROBLEMS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
 THROTTLED_SHARE = 0.05  # a cap touched for a moment is how power management works; a twentieth of a stage is not
 STRAGGLER_RATIO = 0.85
 BUSY_PCT = 50.0  # idle clocks and power say nothing about a device's health
+# One reading (a stage shorter than the sampling period) is a moment, not the stage's clock; on a CPU
+# it has no busy share either (/proc/stat counts 10 ms jiffies), so an idle moment would pass as busy.
+STRAGGLER_SAMPLES = 2
 _SHOWN = 3
 
 
@@ -82,7 +85,7 @@ def _stragglers(rows: list[DeviceStage]) -> tuple[list[tuple[DeviceStage, str]],
     """(device x stage pairs below their peers, with the reason; whether any device had peers to compare)."""
     groups: dict[tuple[str, str], list[DeviceStage]] = {}
     for d in rows:
-        if d.util_pct is None or d.util_pct.median >= BUSY_PCT:
+        if d.samples >= STRAGGLER_SAMPLES and (d.util_pct is None or d.util_pct.median >= BUSY_PCT):
             groups.setdefault((d.stage, d.kind), []).append(d)
     slow: list[tuple[DeviceStage, str]] = []
     compared = False
