@@ -24,9 +24,9 @@ import torch.distributed as dist
 from clusterbench import launch
 from clusterbench.args import size
 from clusterbench.comm.algos import variant
-from clusterbench.comm.bench import _ctx
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.scopes import whole_job
+from clusterbench.comm.sweep import _ctx
 from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
 

@@ -4,7 +4,7 @@
 
 The bare loop is the minimal benchmark anyone would write: warm-up, then
 `t0; for _ in range(iters): all_reduce(x); t1`, time per op = (t1 - t0) / iters, slowest rank.
-clusterbench runs through `comm.bench.measure`, the same function the CLI uses (auto
+clusterbench runs through `comm.sweep.measure`, the same function the CLI uses (auto
 iterations, per-iteration stamps, cross-rank reduction, correctness check after timing).
 The two alternate size by size for several rounds and the medians are compared, so that load
 from anything else on the machine hits both alike. `--sweep` also times a full
@@ -27,12 +27,15 @@ import torch.distributed as dist
 
 from clusterbench import launch
 from clusterbench.args import size
-from clusterbench.comm.bench import measure
 from clusterbench.comm.ops import OPS
+from clusterbench.comm.plan import resolve as resolve_plan
 from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sizes import sweep
-from clusterbench.dist import resolve, synchronize
+from clusterbench.comm.sizes import geometric
+from clusterbench.comm.sweep import measure
+from clusterbench.devices import synchronize
+from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
+from clusterbench.shape import JobShape
 from clusterbench.units import human_bytes
 
 
@@ -57,7 +60,8 @@ def compare(worker, cfg: dict, progress) -> None:
         ours, bare = [], []
         for _ in range(cfg["rounds"]):
             opts = CommOptions(ops=("all_reduce",), time_budget_s=cfg["budget"])
-            row = measure(OPS["all_reduce"], worker, opts, count, whole_job(list(worker.members)))
+            plan = resolve_plan(opts, frozenset(), JobShape(worker.world_size, worker.device.type, worker.backend, None))
+            row = measure(OPS["all_reduce"], worker, plan, count, whole_job(list(worker.members)))
             ours.append(row.duration_us)
             # The bare loop gets the same number of timed iterations clusterbench chose.
             bare.append(bare_loop_us(worker, nbytes, row.iters, opts.warmup))
@@ -76,7 +80,7 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=0.25)
     p.add_argument("--sweep", action="store_true", help="also time a full --ops all sweep")
     a = p.parse_args()
-    sizes = sweep(a.min_bytes, a.max_bytes, 4)
+    sizes = geometric(a.min_bytes, a.max_bytes, 4)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "out": str(out)}

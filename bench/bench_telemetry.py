@@ -2,7 +2,7 @@
 
     python bench/bench_telemetry.py [--nproc 2] [--hz 10] [--rounds 7] [--max-bytes 16M]
 
-Same ranks, same sizes (1 MiB up, factor 2), `comm.bench.measure` as the CLI times them. "on"
+Same ranks, same sizes (1 MiB up, factor 2), `comm.sweep.measure` as the CLI times them. "on"
 runs the sweep inside a stage of the real telemetry recorder (the sampler thread the CLI starts:
 NVML on GPUs, /proc and /sys on CPUs from local rank 0, and the gather to rank 0 at the stage's
 end, outside the timed calls); "off" runs it without one. The two alternate every round, the
@@ -21,21 +21,25 @@ from pathlib import Path
 
 from clusterbench import launch
 from clusterbench.args import size
-from clusterbench.comm.bench import measure
 from clusterbench.comm.ops import OPS
+from clusterbench.comm.plan import resolve as resolve_plan
 from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sizes import sweep
+from clusterbench.comm.sizes import geometric
+from clusterbench.comm.sweep import measure
 from clusterbench.dist import resolve
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import CommOptions
-from clusterbench.telemetry import stages
+from clusterbench.shape import JobShape
+from clusterbench.telemetry import recorder as telemetry
+from clusterbench.telemetry.sampler import DEFAULT_HZ
 from clusterbench.units import human_bytes
 
 
 def _sweep(worker, sizes: list[int], budget: float) -> list[float]:
     opts = CommOptions(ops=("all_reduce",), time_budget_s=budget)
+    plan = resolve_plan(opts, frozenset(), JobShape(worker.world_size, worker.device.type, worker.backend, None))
     team = whole_job(list(worker.members))
-    return [measure(OPS["all_reduce"], worker, opts, n // 4, team).busbw_gbps for n in sizes]
+    return [measure(OPS["all_reduce"], worker, plan, n // 4, team).busbw_gbps for n in sizes]
 
 
 def compare(worker, cfg: dict, progress) -> None:
@@ -48,20 +52,20 @@ def compare(worker, cfg: dict, progress) -> None:
             if mode == "off":
                 busbw[mode].append(_sweep(worker, cfg["sizes"], cfg["budget"]))
                 continue
-            recorder = stages.start(worker, folder, cfg["hz"])
+            recorder = telemetry.start(worker, folder, cfg["hz"])
             with recorder.stage("bench"):
                 busbw[mode].append(_sweep(worker, cfg["sizes"], cfg["budget"]))
             recorder.close()
             if recorder.telemetry is not None:
                 samples += sum(d.samples for d in recorder.telemetry.devices)
-    recorder = stages.start(worker, None, cfg["hz"])
+    recorder = telemetry.start(worker, None, cfg["hz"])
     cost = _read_cost(recorder)
     recorder.close()
     if worker.is_main:
         Path(cfg["out"]).write_text(json.dumps({"busbw": busbw, "samples": samples, "read_us": cost}))
 
 
-def _read_cost(recorder: stages.Recorder) -> float | None:
+def _read_cost(recorder: telemetry.Recorder) -> float | None:
     """Microseconds one probe reading takes (the sampler's whole work per tick)."""
     if recorder.sampler is None:
         return None
@@ -75,13 +79,13 @@ def _read_cost(recorder: stages.Recorder) -> float | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--hz", type=float, default=stages.DEFAULT_HZ)
+    p.add_argument("--hz", type=float, default=DEFAULT_HZ)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--min-bytes", type=size, default=2**20)
     p.add_argument("--max-bytes", type=size, default=16 * 2**20)
     p.add_argument("--budget", type=float, default=0.25, help="seconds per size, as the CLI's default")
     a = p.parse_args()
-    sizes = sweep(a.min_bytes, a.max_bytes, 2)
+    sizes = geometric(a.min_bytes, a.max_bytes, 2)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "hz": a.hz, "out": str(out)}

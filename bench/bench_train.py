@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from clusterbench import launch
-from clusterbench.dist import Worker, resolve, synchronize
+from clusterbench.devices import synchronize
+from clusterbench.dist import Worker, resolve
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import StepRow
 from clusterbench.train import flops, models

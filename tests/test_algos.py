@@ -18,9 +18,9 @@ from conftest import assert_one_line_error, read_run, run_cli
 
 from clusterbench import launch
 from clusterbench.comm.algos import ALGOS, variant
-from clusterbench.comm.bench import _ctx
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.scopes import Team
+from clusterbench.comm.sweep import _ctx
 from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
 
@@ -30,10 +30,10 @@ DTYPES = ("float32", "bfloat16", "int32")
 def _cases(n: int):
     for algo in ALGOS:
         op = OPS[algo.op]
-        gran = op.granularity(n)
-        counts = (gran * 7, gran * 1000 + (0 if op.per_rank_chunks else 3), 1 if not op.per_rank_chunks else gran)
+        gran = op.facts.granularity(n)
+        counts = (gran * 7, gran * 1000 + (0 if op.facts.chunked else 3), 1 if not op.facts.chunked else gran)
         for dtype in DTYPES:
-            for red in (("sum", "max", "min") if op.reduces else ("sum",)):
+            for red in (("sum", "max", "min") if op.facts.reduces else ("sum",)):
                 for count in counts:
                     for root in ((0, n - 1) if algo.name in ("reduce_bcast", "chain", "binomial") else (0,)):
                         for in_place in ((False, True) if algo.op in ("all_gather", "reduce_scatter") else (False,)):
@@ -52,7 +52,7 @@ def _compare(worker, team: Team) -> list[str]:
         before = {k: v.clone() for k, v in got.items() if k == "in" and not ctx.in_place}
         native.run(ctx, want)
         mine.run(ctx, got)
-        expected = native.expected(ctx)
+        expected = native.expected(ctx, want)
         case = f"{algo.name} {algo.op} n={n} {opts.dtype} {opts.reduce_op} root={opts.root} " \
                f"in_place={opts.in_place} count={count} rank={ctx.rank}"
         if not torch.equal(want["out"], got["out"]):

@@ -6,10 +6,13 @@ import pytest
 from report_fixtures import as_run, gpu_run_doc
 
 from clusterbench.analyse import alignment, references
-from clusterbench.analyse.verdicts import judge
 from clusterbench.errors import UsageError
-from clusterbench.report.html import page
+from clusterbench.registry import judge, page
+from clusterbench.shape import JobShape
+from clusterbench.stages import canary
+from clusterbench.stages.stage import Context, NoOptions, NotRun
 from clusterbench.train import job as train_job
+from clusterbench.train.options import TrainOptions
 
 
 def _verdict(run, check: str):
@@ -43,8 +46,15 @@ def test_without_a_canary_there_is_no_line() -> None:
 
 def test_the_canary_is_the_shipped_task_and_says_when_it_cannot_run() -> None:
     job = train_job.canary(8)
-    assert job.section == "canary" and job.exact_float32 and job.reference_label == "tiny-cpu-float32"
+    assert job.exact_float32 and job.reference_label == "tiny-cpu-float32"
     assert (job.config.preset, job.config.dtype, job.config.global_batch, job.config.seq_len) == (
         "tiny", "float32", 16, 64)
     with pytest.raises(UsageError, match="not divisible"):
         train_job.canary(32)  # 16 rows do not divide among 32 ranks
+    # As a stage: it comes with a train stage that is not already its task, and says why it cannot run.
+    other = train_job.build(TrainOptions(preset="tiny", seed=3), "cpu", 2)
+    for world, train, reason in ((8, None, None), (8, job, None), (32, other, "do not split evenly over 32 ranks")):
+        with pytest.raises(NotRun) as left_out:
+            canary.STAGE.resolve(NoOptions(), Context(JobShape(world, "cpu", "gloo", world), plan_of=lambda _, job=train: job))
+        assert (left_out.value.reason is None) if reason is None else reason in left_out.value.reason
+    assert canary.STAGE.resolve(NoOptions(), Context(JobShape(8, "cpu", "gloo", 8), plan_of=lambda _: other)).exact_float32

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 
-from clusterbench.comm.ops import ALL_OPS
+from clusterbench.collectives import ALL_OPS
 from clusterbench.results.schema import SCHEMA_VERSION, CommRow
 
 COMM_COLUMNS = [f.name for f in fields(CommRow)]

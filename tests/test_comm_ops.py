@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from clusterbench import launch
-from clusterbench.comm.bench import _ctx
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.scopes import Team
+from clusterbench.comm.sweep import _ctx
 from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
 
 REDUCE = {"sum": lambda xs: sum(xs[1:], xs[0].clone()), "max": lambda xs: torch.stack(xs).amax(0),
           "min": lambda xs: torch.stack(xs).amin(0), "prod": lambda xs: torch.stack(xs).prod(0)}
-CASES = [(op, red, in_place) for op in OPS for red in (REDUCE if OPS[op].reduces else ["sum"])
+CASES = [(op, red, in_place) for op in OPS for red in (REDUCE if OPS[op].facts.reduces else ["sum"])
          for in_place in (False, True)]
 
 
@@ -39,13 +39,13 @@ def record_ops(worker, payload: tuple[Path, bool], progress) -> None:
     for name, red, in_place in CASES:
         op = OPS[name]
         opts = CommOptions(ops=(name,), dtype="float32", reduce_op=red, in_place=in_place, root=1)
-        ctx = _ctx(op, worker, opts, op.granularity(len(ranks)) * 5, False, team)
+        ctx = _ctx(op, worker, opts, op.facts.granularity(len(ranks)) * 5, False, team)
         bufs = op.buffers(ctx)
         before = {k: v.clone() for k, v in bufs.items()}
         op.run(ctx, bufs)
         saved[(name, red, in_place)] = {
             "in": before.get("in", before.get("out")), "out": bufs.get("out"),
-            "harness_expected": _whole(op.expected(ctx), bufs.get("out")), "chunk": ctx.chunk,
+            "harness_expected": _whole(op.expected(ctx, bufs), bufs.get("out")), "chunk": ctx.chunk,
         }
     torch.save(saved, out_dir / f"rank{team.rank_of(worker.rank)}.pt")
 

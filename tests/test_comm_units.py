@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from clusterbench.args import size
-from clusterbench.comm import options, table, timing
-from clusterbench.comm.sizes import count_for, sweep
+from clusterbench.comm import plan, table, timing
+from clusterbench.comm.sizes import count_for, geometric
 from clusterbench.comm.timing import converged, summarize
 from clusterbench.errors import UsageError
 from clusterbench.results.schema import CommOptions, CommRow
+from clusterbench.shape import JobShape
 
 
 @pytest.mark.parametrize("text, want", [("8", 8), ("256K", 256 * 1024), ("64M", 64 * 2**20), ("1G", 2**30),
@@ -31,10 +32,10 @@ def test_parse_size_refuses(text: str) -> None:
 
 
 def test_sweep_is_geometric_and_keeps_the_maximum() -> None:
-    assert sweep(8, 64, 2) == [8, 16, 32, 64]
-    assert sweep(8, 100, 2) == [8, 16, 32, 64, 100]
-    assert sweep(1000, 1000, 2) == [1000]
-    assert sweep(10, 30, 1.5) == [10, 15, 22, 30]
+    assert geometric(8, 64, 2) == [8, 16, 32, 64]
+    assert geometric(8, 100, 2) == [8, 16, 32, 64, 100]
+    assert geometric(1000, 1000, 2) == [1000]
+    assert geometric(10, 30, 1.5) == [10, 15, 22, 30]
 
 
 def test_count_rounds_to_whole_elements_and_chunks() -> None:
@@ -132,6 +133,8 @@ def test_loop_timing_runs_exactly_the_calls_asked_for(monkeypatch: pytest.Monkey
 
 
 def test_a_forced_nccl_algorithm_takes_only_the_ops_nccl_runs_with_it() -> None:
+    nccl = JobShape(2, "cuda", "nccl", None)
     with pytest.raises(UsageError, match="--nccl-algo tree: NCCL runs only all_reduce with it, not all_gather"):
-        options.validate(CommOptions(ops=("all_reduce", "all_gather"), nccl_algos=("tree",)), 2, "cuda", None, "nccl")
-    options.validate(CommOptions(ops=("all_gather",), nccl_algos=("ring", "nvls", "pat")), 2, "cuda", None, "nccl")
+        plan.resolve(CommOptions(ops=("all_reduce", "all_gather"), nccl_algos=("tree",)), frozenset(), nccl)
+    resolved = plan.resolve(CommOptions(ops=("all_gather",), nccl_algos=("ring", "nvls", "pat")), frozenset(), nccl)
+    assert resolved.scopes == ("algo",)  # the algorithms side by side, in place of the whole-job sweep

@@ -10,8 +10,8 @@ from conftest import assert_one_line_error, run_cli
 from report_fixtures import as_run, gpu_run_doc, train_section, write_run
 
 from clusterbench.analyse.compare import compare, lost, worse
-from clusterbench.analyse.metrics import flatten as flatten_run
 from clusterbench.analyse.metrics import kind_of, size_class
+from clusterbench.registry import metrics_of
 from clusterbench.results.schema import SCHEMA_VERSION
 
 
@@ -20,7 +20,7 @@ def run_doc(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS") -> d
 
 
 def flatten(doc: dict) -> dict[str, float]:
-    return flatten_run(as_run(doc))
+    return metrics_of(as_run(doc)).values
 
 
 @pytest.fixture

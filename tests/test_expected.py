@@ -15,11 +15,9 @@ import yaml
 from report_fixtures import as_run, gpu_run_doc
 
 from clusterbench.analyse import expected
-from clusterbench.analyse.metrics import metrics_of
-from clusterbench.analyse.verdicts import judge
 from clusterbench.errors import UsageError
 from clusterbench.hw import affinity
-from clusterbench.report.html import page
+from clusterbench.registry import judge, metrics_of, page
 from clusterbench.results import documents
 from clusterbench.results.schema import Expected
 
@@ -40,7 +38,7 @@ def _run(all_reduce_gbs: float = 470.0, nvls: int | None = 1, hardware: dict | N
 
 
 def _matched(run, tables=None):
-    expected.attach(run, tables or [expected.load(expected.shipped_path(), "shipped")], {})
+    expected.attach(run, metrics_of(run), tables or [expected.load(expected.shipped_path(), "shipped")], {})
     return run
 
 

@@ -12,8 +12,8 @@ from conftest import assert_one_line_error, read_run, run_cli
 from report_fixtures import as_run, write_run
 
 from clusterbench.analyse import predict as pr
-from clusterbench.analyse.model import fit_line, fit_run
-from clusterbench.report.html import expected_plots, page
+from clusterbench.analyse.cost_model import fit_line, fit_run
+from clusterbench.registry import expected_plots, page
 from clusterbench.results import codec
 from clusterbench.results.schema import CommRow, Env, Run
 
@@ -88,7 +88,7 @@ def test_formulas_for_known_n() -> None:
 
 def test_winner_moves_from_tree_to_ring_on_a_large_cluster() -> None:
     cluster = pr.Cluster(128, 1, pr.named_link("nvlink4"), pr.named_link("ndr"))
-    rows = pr.predict(cluster, "all_reduce", pr.sweep(1024, 16 * 1024**3))
+    rows = pr.predict(cluster, "all_reduce", pr.powers_of_two(1024, 16 * 1024**3))
     assert rows[0].winner.algorithm == "tree"
     assert rows[-1].winner.algorithm == "ring"
     # several GPUs per node: the big sizes go to the hierarchical algorithm, which keeps S/G on the network
@@ -127,7 +127,7 @@ def test_a_bent_sweep_is_named(tmp_path: Path) -> None:
     proc = run_cli("model", "fit", str(run_dir), "--sizes", "1K..256K", "--save")
     assert proc.returncode == 0, proc.stderr
     assert "sizes 1 KiB to 256 KiB" in proc.stdout and "not one line" not in proc.stdout
-    model = read_run(run_dir)["model"]
+    model = read_run(run_dir)["cost_model"]
     assert model["size_range"] == [1024, 256 * 1024] and model["fits"][0]["points"] == 9
     assert model["fits"][0]["bandwidth_gb_s"] == pytest.approx(2.0, rel=0.05)  # the cache regime's rate
     html = page(as_run(read_run(run_dir)))
@@ -146,7 +146,7 @@ def test_fit_and_predict_cli(gloo_run: Path, tmp_path: Path) -> None:
     proc = run_cli("model", "fit", str(gloo_run), "--save")
     assert proc.returncode == 0, proc.stderr
     assert "all_reduce" in proc.stdout and "intra-node link" in proc.stdout
-    assert read_run(gloo_run)["model"]["fits"]
+    assert read_run(gloo_run)["cost_model"]["fits"]
     plot = tmp_path / "curves.svg"
     proc = run_cli("model", "predict", "--from", str(gloo_run), "--nodes", "4", "--inter", "ndr",
                    "--sizes", "1K..1G", "--plot", str(plot))
@@ -169,7 +169,7 @@ def test_report_section(gloo_run: Path) -> None:
     from clusterbench.results.folder import load_run
 
     run = load_run(gloo_run)
-    run.model = fit_run(run)
+    run.cost_model = fit_run(run)
     html = page(run)
     assert '<section id="model"' in html and "Target: 16 nodes like this one" in html
     assert html.count('<svg class="plot"') == expected_plots(run)
@@ -202,5 +202,5 @@ def test_bad_fit_range_is_one_line(tmp_path: Path, sizes: str, needle: str) -> N
 
 
 def test_sweep_sizes() -> None:
-    assert pr.sweep(1024, 4096) == [1024, 2048, 4096]
-    assert math.log2(pr.sweep(1000, 1 << 34)[-1]) == 34
+    assert pr.powers_of_two(1024, 4096) == [1024, 2048, 4096]
+    assert math.log2(pr.powers_of_two(1000, 1 << 34)[-1]) == 34

@@ -19,6 +19,9 @@ from clusterbench.results.folder import load_run
 from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
 
 V1_RUN = Path(__file__).parent / "data" / "v1-run"  # `clusterbench run --quick` of clusterbench 0.1.0
+# `clusterbench comm --nproc 2 --ops all_reduce -b 1K -e 16K --telemetry-hz 0`, then `model fit --save`, with
+# the clusterbench of schema version 3 (commit 49468aa): its alpha-beta model in the section then called `model`.
+V3_RUN = Path(__file__).parent / "data" / "v3-comm-run"
 
 
 def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path) -> None:
@@ -34,6 +37,18 @@ def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path)
     assert "Fine-tuning" in html and "comm correctness" in html
     compared = run_cli("compare", str(run), str(run))
     assert compared.returncode == 0, compared.stderr
+
+
+def test_a_version_3_model_section_reads_as_the_cost_model(tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    shutil.copytree(V3_RUN, run)
+    old = load_run(run)
+    assert old.schema_version == SCHEMA_VERSION and old.cost_model is not None and old.extra == {}
+    assert old.cost_model.fits[0].op == "all_reduce" and old.cost_model.validation
+    proc = run_cli("report", str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert '<section id="model"' in (run / "report.html").read_text()
+    assert "all_reduce" in run_cli("model", "predict", "--from", str(run), "--nodes", "2", "--inter", "ndr").stdout
 
 
 def test_version_1_gpus_get_their_pcie_fields_grouped() -> None:

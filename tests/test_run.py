@@ -9,10 +9,13 @@ import pytest
 from conftest import GPT2, assert_one_line_error, read_run, run_cli
 from report_fixtures import as_run, gpu_run_doc
 
-from clusterbench.analyse.verdicts import judge, overall
-from clusterbench.comm import options as comm_options
-from clusterbench.commands.run import COMM_DEFAULTS
+from clusterbench.analyse.verdicts import overall
+from clusterbench.cli import build_parser
+from clusterbench.collectives import ALL_OPS
+from clusterbench.commands import run as run_command
 from clusterbench.hw.render import PEAK_HEADER
+from clusterbench.registry import judge
+from clusterbench.shape import JobShape
 
 
 def test_quick_run_end_to_end(tmp_path: Path) -> None:
@@ -147,15 +150,23 @@ def test_peak_refuses_bad_input_before_writing(args: list[str], needle: str, tmp
     assert not (tmp_path / "run").exists()
 
 
+def _comm_plan(*words: str, device: str = "cuda"):
+    """The comm stage's plan as `run` resolves it for a 2-rank job on `device`."""
+    args = build_parser().parse_args(["run", "--skip", "train", *words])
+    plan = run_command.prepare(args, JobShape(2, device, "nccl" if device == "cuda" else "gloo", 2))
+    return next(p for stage, p in plan.stages if stage.name == "comm")
+
+
 def test_run_defaults_are_typed_values_not_user_input() -> None:
-    """On a GPU, run leaves --max-bytes unset, so the sweep keeps its cap at the devices' free memory."""
-    gpu = comm_options.build({}, COMM_DEFAULTS["cuda"])
-    assert gpu.max_bytes is None and comm_options.fits_device_memory(gpu, "cuda")
-    assert gpu.ops == tuple(comm_options.ALL_OPS)
-    asked = comm_options.build({"max_bytes": 2**26}, COMM_DEFAULTS["cuda"])
-    assert not comm_options.fits_device_memory(asked, "cuda")  # what the user typed is obeyed
-    cpu = comm_options.build({"ops": ("pt2pt",)}, COMM_DEFAULTS["cpu"])
-    assert cpu.ops == ("pt2pt",) and cpu.max_bytes == 16 * 2**20
+    """On a GPU, run leaves --max-bytes unset, so the sweep keeps its cap at the devices' free memory;
+    whichever way the user gives a stage's option, it lies over run's defaults."""
+    gpu = _comm_plan()
+    assert gpu.options.max_bytes is None and gpu.fit_memory and gpu.timing == "loop"
+    assert gpu.ops == ALL_OPS
+    assert not _comm_plan("--comm.max-bytes", "64M").fit_memory  # what the user typed is obeyed
+    for words in (["--comm.ops", "pt2pt"], ["--comm-args", "--ops pt2pt"]):
+        cpu = _comm_plan(*words, device="cpu")
+        assert cpu.ops == ("pt2pt",) and cpu.options.max_bytes == 16 * 2**20 and cpu.timing == "stamps"
 
 
 def _run(busbw_gbs: float, gpus: list, device_type: str = "cuda", expected: dict | None = None):

@@ -6,7 +6,8 @@ import os
 from dataclasses import replace
 
 from clusterbench.analyse import teams
-from clusterbench.comm.scopes import algo_phases, nccl_algo, plan
+from clusterbench.comm.groups import nccl_algo
+from clusterbench.comm.scopes import algo_phases, plan
 from clusterbench.rendezvous import Member, named
 from clusterbench.results.schema import CommRow
 

@@ -14,8 +14,7 @@ from conftest import assert_one_line_error, read_run, run_cli
 from fake_nvml import eight_h200, four_h100
 
 from clusterbench.analyse import telemetry as analyse
-from clusterbench.analyse.verdicts import judge
-from clusterbench.report.html import expected_plots, page, render_report
+from clusterbench.registry import expected_plots, judge, page, render_report
 from clusterbench.results import codec
 from clusterbench.results.folder import load_run, save_run
 from clusterbench.results.schema import Env, Run

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from clusterbench import launch
-from clusterbench.comm.bench import _ctx, check
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.scopes import whole_job
+from clusterbench.comm.sweep import _ctx, check
 from clusterbench.comm.values import _EXACT, DTYPES, Values
 from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
@@ -86,13 +86,13 @@ def corrupt_each_dtype(worker, out_dir: Path, progress) -> None:
             opts = CommOptions(ops=(name,), dtype=dtype, reduce_op=red)
             op = OPS[name]
             team = whole_job(list(worker.members))
-            ctx = _ctx(op, worker, opts, op.granularity(worker.world_size) * 1000, False, team)
+            ctx = _ctx(op, worker, opts, op.facts.granularity(worker.world_size) * 1000, False, team)
             clean = check(op, ctx)
             bufs = op.buffers(ctx)
             op.run(ctx, bufs)
             if worker.rank == 1:
                 bufs["out"].view(-1)[7] += 1
-            found[(dtype, name, red)] = (clean, ctx.values.mismatches(bufs["out"], op.expected(ctx)))
+            found[(dtype, name, red)] = (clean, ctx.values.mismatches(bufs["out"], op.expected(ctx, bufs)))
     torch.save(found, out_dir / f"rank{worker.rank}.pt")
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+_VALUE_ACTIONS = (None, "store", "append")  # the actions whose option takes a value, and so shows a metavar
+
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
           "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
@@ -73,3 +75,26 @@ def auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 def given(args: argparse.Namespace, record: type) -> dict[str, Any]:
     """The options the user typed that belong to `record`, as its keyword arguments."""
     return {f.name: getattr(args, f.name) for f in fields(record) if hasattr(args, f.name)}
+
+
+class Prefixed:
+    """A stage's options under its name, for `run`: what the stage's own command adds as --ops (dest
+    ops) becomes --comm.ops (dest "comm.ops"), short forms dropped, in one group per stage."""
+
+    def __init__(self, group: Any, prefix: str) -> None:
+        self.group, self.prefix = group, prefix
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> None:
+        long = [f for f in flags if f.startswith("--")]
+        dest = kwargs.pop("dest", None) or long[0][2:].replace("-", "_")
+        if kwargs.get("action") in _VALUE_ACTIONS and "choices" not in kwargs:
+            kwargs.setdefault("metavar", long[0][2:].replace("-", "_").upper())
+        self.group.add_argument(*(f"--{self.prefix}.{f[2:]}" for f in long), dest=f"{self.prefix}.{dest}", **kwargs)
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Prefixed:
+        return self  # the stage's options stay in its one group
+
+
+def prefixed(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    """The options typed under --PREFIX. (dests "PREFIX.name"), as keyword arguments."""
+    return {dest.split(".", 1)[1]: value for dest, value in vars(args).items() if dest.startswith(f"{prefix}.")}

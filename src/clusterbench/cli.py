@@ -7,14 +7,13 @@ import os
 import sys
 
 from clusterbench import __version__
-from clusterbench.commands import align, baseline, comm, compare, diagnose, info, model, peak, report, run, train
+from clusterbench.command import Command, RankCommand, ToolCommand
+from clusterbench.commands import align, baseline, compare, cost_model, diagnose, info, peak, report, run, stage
 from clusterbench.errors import EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError
-from clusterbench.harness import Command, ToolCommand
 
 COMMANDS: tuple[Command, ...] = (
     run.COMMAND,
-    comm.COMMAND,
-    train.COMMAND,
+    *stage.COMMANDS,  # the stages that are commands of their own: comm, train
     align.COMMAND,
     peak.COMMAND,
     info.COMMAND,
@@ -22,7 +21,7 @@ COMMANDS: tuple[Command, ...] = (
     compare.COMMAND,
     baseline.COMMAND,
     diagnose.COMMAND,
-    model.COMMAND,
+    cost_model.COMMAND,
 )
 
 
@@ -45,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command.name, help=command.help, description=command.help,
                            argument_default=argparse.SUPPRESS if typed else None)
         command.add(p)
-        p.set_defaults(main=command.main)
+        p.set_defaults(chosen=command)
     return parser
 
 
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
     try:
-        return args.main(args)
+        return _run(args.chosen, args)
     except UsageError as e:
         print(f"clusterbench: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -67,3 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clusterbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _run(command: Command, args: argparse.Namespace) -> int:
+    if isinstance(command, RankCommand):
+        from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
+
+        return run_ranks(command, args)
+    return command.main(args)

@@ -1,22 +1,18 @@
-"""Process-group setup: backend and device choice, ranks, timeouts, environment facts."""
+"""Process groups: the backend and device chosen once in the parent, then every rank joined and pinned."""
 
 from __future__ import annotations
 
 import datetime
 import math
 import os
-import platform
-import socket
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from clusterbench import __version__
+from clusterbench.devices import local_device_count
 from clusterbench.errors import UsageError
-from clusterbench.hw import affinity
 from clusterbench.rendezvous import Member
-from clusterbench.results.schema import Env, Placement
 
 KNOWN_BACKENDS = ("nccl", "gloo", "mpi")
 
@@ -84,14 +80,6 @@ def _is_registered(backend: str) -> bool:
     return backend.upper() in {b.upper() for b in dist.Backend.backend_list}
 
 
-def local_device_count(device_type: str) -> int:
-    if device_type == "cuda":
-        return torch.cuda.device_count()
-    module = getattr(torch, device_type, None)
-    count = getattr(module, "device_count", None)
-    return count() if device_type != "cpu" and callable(count) else 0
-
-
 def init(cfg: DistConfig, rank: int, world_size: int, local_rank: int, store: dist.Store,
          members: list[Member]) -> Worker:
     """Form the process group and pin this rank to its device."""
@@ -109,53 +97,3 @@ def init(cfg: DistConfig, rank: int, world_size: int, local_rank: int, store: di
     kwargs = {"device_id": device} if cfg.backend == "nccl" else {}
     dist.init_process_group(cfg.backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
     return Worker(rank, world_size, local_rank, device, cfg.backend, cfg.timeout_s, tuple(members))
-
-
-def backend_version(backend: str) -> str:
-    if backend == "nccl" and torch.cuda.is_available():
-        return ".".join(str(v) for v in torch.cuda.nccl.version())
-    return f"bundled with torch {torch.__version__}"
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    if device.type == "cpu":
-        from clusterbench.hw.host import cpu
-
-        return cpu().model or "cpu"
-    return str(device)
-
-
-def environment(worker: Worker) -> Env:
-    """Facts every run.json records; gathered from all ranks, so call it on every rank."""
-    mine = (device_name(worker.device), str(worker.device), *affinity.mine(worker.device))
-    everyone: list[tuple] = [()] * worker.world_size
-    dist.all_gather_object(everyone, mine)
-    return Env(
-        hostname=socket.gethostname(),
-        python=platform.python_version(),
-        platform=platform.platform(),
-        clusterbench=__version__,
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        backend=worker.backend,
-        backend_version=backend_version(worker.backend),
-        world_size=worker.world_size,
-        device_type=worker.device.type,
-        hosts=sorted({m.host for m in worker.members}),
-        devices=[name for name, *_ in everyone],
-        ranks=[Placement(m.rank, m.node, m.local_rank, *facts) for m, (_, *facts) in zip(worker.members, everyone)],
-    )
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch's own OOM, or one a backend or the host allocator words in its own way."""
-    text = str(exc).lower()
-    return isinstance(exc, torch.OutOfMemoryError) or any(
-        words in text for words in ("out of memory", "can't allocate memory", "cannot allocate memory"))
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

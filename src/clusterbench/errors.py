@@ -31,3 +31,13 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, (UsageError, RunFailed)):
         return first
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's own OOM (torch.OutOfMemoryError, known by name so that this module needs no torch),
+    or one a backend or the host allocator words in its own way."""
+    text = str(exc).lower()
+    return any(cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__) or any(w in text for w in _OOM_WORDS)

@@ -4,6 +4,7 @@ Set through environment variables that no user sets:
   CLUSTERBENCH_TEST_FAULT="kill:RANK:STEP" or "hang:RANK:STEP": that rank dies (SIGKILL) or
       stops responding when it reaches step STEP (1-based) of its sweep.
   CLUSTERBENCH_TEST_CORRUPT="OP:RANK": that rank's checked output of OP gets one wrong element.
+  CLUSTERBENCH_TEST_NAN_STEP="STEP": rank 0's training loss becomes NaN at optimizer step STEP (1-based).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-
-import torch
+from typing import Any
 
 FAULT_ENV = "CLUSTERBENCH_TEST_FAULT"
 CORRUPT_ENV = "CLUSTERBENCH_TEST_CORRUPT"
+NAN_STEP_ENV = "CLUSTERBENCH_TEST_NAN_STEP"
 
 
 def at_step(rank: int, step: int) -> None:
@@ -31,6 +32,12 @@ def at_step(rank: int, step: int) -> None:
         time.sleep(3600)
 
 
-def corrupt(op: str, rank: int, out: torch.Tensor) -> None:
+def corrupt(op: str, rank: int, out: Any) -> None:
+    """One wrong element in the output tensor `out`, where the test asked for it."""
     if os.environ.get(CORRUPT_ENV) == f"{op}:{rank}":
         out.view(-1)[0] += 1
+
+
+def poisoned(step: int, rank: int) -> bool:
+    """Whether this rank's loss of this optimizer step is to become NaN."""
+    return rank == 0 and os.environ.get(NAN_STEP_ENV) == str(step)

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from clusterbench.dist import Worker
 from clusterbench.rendezvous import Rendezvous
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import Env
 
-if TYPE_CHECKING:
-    from clusterbench.telemetry.stages import Recorder
+
+class StageMarks(Protocol):
+    """Whatever keeps per-stage records while the stages run (the telemetry recorder)."""
+
+    def stage(self, name: str) -> AbstractContextManager[None]: ...
 
 
 class Progress:
@@ -45,7 +49,7 @@ class Rank:
     progress: Progress
     env: Env  # facts gathered from every rank
     folder: RunFolder | None  # rank 0 only: it records and prints
-    telemetry: Recorder | None = None  # None: telemetry is off
+    telemetry: StageMarks | None = None  # None: telemetry is off
 
     def say(self, text: str) -> None:
         """Print on rank 0 only, so lines from several ranks never interleave."""

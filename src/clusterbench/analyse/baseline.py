@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusterbench.analyse.metrics import flatten
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
 from clusterbench.results.documents import Baseline, MetricStats
-from clusterbench.results.folder import load_run
 
 
-def build(run_dirs: list[str | Path]) -> Baseline:
-    """Summarise the runs' metrics; a metric counts only the runs that have it."""
-    if not run_dirs:
+def build(runs: list[tuple[str, dict[str, float]]]) -> Baseline:
+    """Summarise the runs' metrics (each run folder with its metrics); a metric counts only the runs that have it."""
+    if not runs:
         raise UsageError("baseline needs at least one run folder")
     values: dict[str, list[float]] = {}
-    for run_dir in run_dirs:
-        for name, value in flatten(load_run(run_dir)).items():
+    for _, figures in runs:
+        for name, value in figures.items():
             values.setdefault(name, []).append(value)
     return Baseline(
         created_utc=documents.utc_stamp(),
-        runs=[str(r) for r in run_dirs],
+        runs=[folder for folder, _ in runs],
         metrics={name: MetricStats(sum(v) / len(v), min(v), max(v), len(v)) for name, v in sorted(values.items())},
     )
 

@@ -20,7 +20,7 @@ import yaml
 from clusterbench import limits
 from clusterbench.analyse import nccl
 from clusterbench.analyse.links import active_rdma
-from clusterbench.analyse.metrics import bandwidth_unit, is_per_size, kind_of, metrics_of
+from clusterbench.analyse.metrics import Metrics, bandwidth_unit, is_per_size, kind_of
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
 from clusterbench.results.hardware import Gpu
@@ -213,11 +213,11 @@ def _unknown(conditions: dict[str, Any], known: dict[str, Any]) -> list[str]:
     return [key for key in conditions if known.get(key) is None]
 
 
-def match(run: Run, tables: list[list[System]]) -> Outcome:
+def match(run: Run, metrics: Metrics, tables: list[list[System]]) -> Outcome:
     """The expected figure of each metric this run has, the first table that has one winning;
     and, when nothing applies, which facts kept which figures out."""
     known = facts(run)
-    have = metrics_of(run).values
+    have = metrics.values
     found: dict[str, Expected] = {}
     blocked: dict[str, str] = {}  # why a figure was left out -> its metric
     for table in tables:
@@ -257,9 +257,9 @@ def tables(extra: list[Path]) -> list[list[System]]:
     return [load(p) for p in extra] + [load(shipped_path(), "shipped")]
 
 
-def attach(run: Run, found_in: list[list[System]], given: dict[str, Expected]) -> None:
+def attach(run: Run, metrics: Metrics, found_in: list[list[System]], given: dict[str, Expected]) -> None:
     """Set the run's expected figures: those given on the command line win over the tables'."""
-    outcome = match(run, found_in)
+    outcome = match(run, metrics, found_in)
     run.expected = {**outcome.expected, **given}
     run.expected_note = outcome.note
 
@@ -271,17 +271,9 @@ def whose(e: Expected) -> str:
     return f"what systems like this measure ({e.system}: {e.source})"
 
 
-def lines(run: Run) -> list[str]:
+def lines(run: Run, m: Metrics) -> list[str]:
     """One terminal line per expected figure, and the note of what was not compared."""
-    m = metrics_of(run)
     found = [f"# expected: {m.notes.get(name) or f'{name} = {m.values[name]:.4g}'} = "
              f"{m.values[name] / e.value:.0%} of {whose(e)}" for name, e in sorted(run.expected.items())
              if name in m.values]
     return found + ([f"# expected figures: {run.expected_note}"] if run.expected_note else [])
-
-
-def conclude(run: Run) -> None:
-    """For `comm` and `train`: the shipped table's figures for this run, kept and printed."""
-    attach(run, tables([]), {})
-    for line in lines(run):
-        print(line, flush=True)

@@ -5,6 +5,7 @@ The report's theoretical line and the bandwidth verdict use this one answer.
 
 from __future__ import annotations
 
+from clusterbench.collectives import COLLECTIVES
 from clusterbench.results.hardware import Hardware, RdmaPort
 from clusterbench.results.schema import CommRow, Run
 from clusterbench.units import BITS_PER_BYTE
@@ -40,16 +41,13 @@ def link_line(run: Run) -> tuple[float | None, str]:
     return slowest.pcie.gbps, f"PCIe gen{slowest.pcie.gen_max} x{slowest.pcie.width_max}: {slowest.pcie.gbps:g} GB/s"
 
 
-# Collectives whose every byte crosses from node to node in a ring, so a node's share follows from busbw.
-RING_FAMILY = ("all_reduce", "all_gather", "reduce_scatter")
-
-
 def node_traffic(row: CommRow) -> tuple[float, float] | None:
     """Gbps each node sent into the network during `row` (docs/methodology.md §8): as a flat ring
     moves it (every node boundary carries busbw), and the least any algorithm must move
     (busbw x (k-1)/(n-1) x n/k, for k nodes of n ranks). None within one node or for other ops."""
     k, n = row.nodes, row.world_size
-    if k < 2 or n < 2 or row.op not in RING_FAMILY:
+    facts = COLLECTIVES.get(row.op)
+    if k < 2 or n < 2 or facts is None or not facts.crosses_every_node:
         return None
     return row.busbw_gbps, row.busbw_gbps * (k - 1) / (n - 1) * n / k
 

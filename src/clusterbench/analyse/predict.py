@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clusterbench import limits
+from clusterbench.collectives import COLLECTIVES
 from clusterbench.errors import UsageError
-from clusterbench.results.model import ModelFit
+from clusterbench.results.cost_model import CostModel
 
 # Per-step latencies of named link classes. NVLink: NCCL's own tuning table (src/graph/tuning.cc, hwLat,
 # NVLink ring with the Simple protocol: 3.4 µs). Networks: an assumption of 8 µs per step (verbs latency
@@ -50,7 +51,7 @@ def named_link(name: str) -> Link:
     return table[name.lower()]
 
 
-def measured_links(model: ModelFit) -> dict[str, Link]:
+def measured_links(model: CostModel) -> dict[str, Link]:
     return {p.link: Link(f"{p.link}-node as measured ({p.source})", p.alpha_us, p.bandwidth_gb_s)
             for p in model.links}
 
@@ -112,12 +113,6 @@ ALGORITHMS: dict[str, dict[str, Callable[[Cluster, float], float]]] = {
     "reduce_scatter": {"ring": _ring_one_pass},
     "all_to_all": {"pairwise": _ring_one_pass},
 }
-BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda p: 2 * (p - 1) / p,
-    "all_gather": lambda p: (p - 1) / p,
-    "reduce_scatter": lambda p: (p - 1) / p,
-    "all_to_all": lambda p: (p - 1) / p,
-}
 
 
 @dataclass(frozen=True)
@@ -141,7 +136,7 @@ class Prediction:
 def predict(cluster: Cluster, op: str, sizes: Sequence[int]) -> list[Prediction]:
     if op not in ALGORITHMS:
         raise UsageError(f"no model for {op!r}: choose one of {', '.join(ALGORITHMS)}")
-    factor = BUSBW_FACTOR[op](cluster.ranks)
+    factor = COLLECTIVES[op].busbw_factor(cluster.ranks)
     out = []
     for s in sizes:
         points = []
@@ -153,7 +148,7 @@ def predict(cluster: Cluster, op: str, sizes: Sequence[int]) -> list[Prediction]
     return out
 
 
-def sweep(low: int, high: int) -> list[int]:
+def powers_of_two(low: int, high: int) -> list[int]:
     """Powers of two from low to high (both rounded to one)."""
     if low < 1 or high < low:
         raise UsageError(f"sizes {low}..{high}: need 1 <= low <= high")

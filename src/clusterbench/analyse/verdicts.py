@@ -1,29 +1,25 @@
-"""Verdicts: a run judged by rules, one line per check, PASS, WARN, FAIL or SKIP (not judged).
+"""Verdicts: a run's metrics judged by rules, one line per check, PASS, WARN, FAIL or SKIP (not judged).
 
-Judged from run.json alone, so `clusterbench run`, `clusterbench report` and a fleet script
-see the same verdicts. `comm` and `train` end with exit code 1 when a check of their own
-stage FAILs; `run` when any check does.
+Pure: metrics and expected figures in, verdicts out, so `clusterbench run`, `clusterbench
+report` and a fleet script see the same verdicts. `comm` and `train` end with exit code 1 when
+a check of their own stage FAILs; `run` when any check does.
 """
 
 from __future__ import annotations
 
-from clusterbench.analyse.metrics import metrics_of
+from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, RuleResult, default_rules, evaluate
-from clusterbench.errors import EXIT_OK, RunFailed
-from clusterbench.results.schema import Run, Verdict
+from clusterbench.results.schema import Expected, Verdict
 
 RANKED = ("PASS", "WARN", "FAIL")
-# The default checks that decide a stage command's exit code.
-STAGE_CHECKS = {"comm": ("comm correctness", "NCCL network"), "train": ("training", "loss alignment")}
 _SHOWN = 3  # results named in one line before "and N more"
 
 
-def judge(run: Run, rules: list[Rule] | None = None) -> list[Verdict]:
+def judge(metrics: Metrics, expected: dict[str, Expected], rules: list[Rule] | None = None) -> list[Verdict]:
     """One verdict per rule (the default rules unless given), in the rules' order."""
     # strict=False: a rule that matches nothing in a run just measured FAILs visibly, with the
     # report still written, rather than throwing the measurements' conclusion away.
-    results = evaluate(rules if rules is not None else default_rules(), metrics_of(run), expected=run.expected,
-                       strict=False)
+    results = evaluate(rules if rules is not None else default_rules(), metrics, expected=expected, strict=False)
     by_rule: dict[str, list[RuleResult]] = {}
     for r in results:
         by_rule.setdefault(r.rule, []).append(r)
@@ -45,14 +41,3 @@ def _verdict(name: str, results: list[RuleResult]) -> Verdict:
 def overall(verdicts: list[Verdict]) -> str | None:
     """The worst of the judged checks; None when no check was judged (a verdict over nothing says nothing)."""
     return max((v.status for v in verdicts if v.status in RANKED), key=RANKED.index, default=None)
-
-
-def conclude_stage(run: Run, stage: str) -> int:
-    """A stage command's ending: RunFailed naming its first FAILing check, else exit code 0."""
-    rules = [r for r in default_rules() if r.name in STAGE_CHECKS[stage]]
-    if len(rules) != len(STAGE_CHECKS[stage]):  # a renamed default rule must not let failures pass
-        raise LookupError(f"default_rules.yaml lacks one of the checks {STAGE_CHECKS[stage]}")
-    for v in judge(run, rules):
-        if v.status == "FAIL":
-            raise RunFailed(f"{v.check} FAIL: {v.detail}")
-    return EXIT_OK

@@ -2,7 +2,8 @@
 
 Each algorithm fills the same buffers as the native op it stands for (comm/ops.py), so the sweep
 times it, checks it against the same values and credits it the same busbw factor: an entry here
-is only (name, op, function). Every step posts its sends and receives as one batch (ops.exchange),
+is only (name, op, function), its name also listed among the op's `built` algorithms in the
+torch-free table of clusterbench.collectives, which option parsing reads. Every step posts its sends and receives as one batch (ops.exchange),
 so neighbours that send to each other at once cannot deadlock.
 """
 
@@ -14,11 +15,10 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
+from clusterbench.collectives import NATIVE
 from clusterbench.comm.ops import OPS, Buffers, Ctx, Op, exchange
 
-NATIVE = "native"
-# The reductions an algorithm can apply locally, exactly as the backend does. avg is refused: the
-# backend's rounding (scale then sum, or sum then scale) is its own and the check is exact.
+# Keyed by collectives.BUILT_REDUCTIONS, the reductions --algo accepts.
 COMBINE: dict[str, Callable[..., torch.Tensor]] = {
     "sum": torch.add, "max": torch.maximum, "min": torch.minimum, "prod": torch.mul,
 }
@@ -225,6 +225,8 @@ def pairwise_all_to_all(c: Ctx, b: Buffers) -> None:
 
 @dataclass(frozen=True)
 class Algo:
+    """One entry of a collective's `built` list in clusterbench.collectives, and the function that runs it."""
+
     name: str
     op: str  # the native op whose buffers, check and busbw factor it shares
     run: Callable[[Ctx, Buffers], None]
@@ -241,11 +243,6 @@ ALGOS = (
     Algo("ring", "reduce_scatter", ring_reduce_scatter),
     Algo("pairwise", "all_to_all", pairwise_all_to_all),
 )
-ALGO_NAMES = (NATIVE, *dict.fromkeys(a.name for a in ALGOS))
-
-
-def implements(algo: str, op: str) -> bool:
-    return algo == NATIVE or any(a.name == algo and a.op == op for a in ALGOS)
 
 
 def variant(op: str, algo: str) -> Op:

@@ -1,30 +1,24 @@
-"""The op table: one small declarative entry per collective, one harness for all.
+"""How torch runs each collective: its buffers and its call, one small entry per collective.
 
-Each entry says only what differs between collectives (the nccl-tests design): the
-bus-bandwidth factor, whether the Size buffer splits into n per-rank chunks, whether it can
-run in place, which buffers it needs, how to call it, and what every rank must hold after.
-Sizes and factors follow the nccl-tests convention (docs/methodology.md §1):
-`count` is always the element count of the buffer the Size column describes.
+The facts of each collective (its bus-bandwidth factor, how its Size buffer splits, whether it
+reduces or has a root, what every rank holds after it) are the torch-free table of
+clusterbench.collectives; an entry here adds only what torch needs, the nccl-tests design of one
+harness for every op. Sizes follow the nccl-tests convention (docs/methodology.md §1): `count`
+is always the element count of the buffer the Size column describes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 import torch.distributed as dist
 
+from clusterbench.collectives import COLLECTIVES, Collective, Holds
 from clusterbench.comm.values import Expect, Values
 
 Buffers = dict[str, torch.Tensor]
-
-
-class InPlace(Enum):
-    ALWAYS = "always"  # torch's API for it writes into its input
-    OPTIONAL = "optional"  # --in-place aliases the input with the rank's slice of the output
-    NEVER = "never"
 
 
 @dataclass(frozen=True)
@@ -53,7 +47,7 @@ class Ctx:
 
     @property
     def torch_op(self) -> dist.ReduceOp:
-        return REDUCE_OPS[self.reduce_op]
+        return _REDUCTIONS[self.reduce_op]
 
     @property
     def peer(self) -> int | None:
@@ -90,26 +84,8 @@ class Ctx:
         return want
 
 
-@dataclass(frozen=True)
-class Op:
-    name: str
-    busbw_factor: Callable[[int], float]
-    per_rank_chunks: bool  # the Size buffer is n chunks, so counts round to multiples of n
-    in_place: InPlace
-    reduces: bool
-    buffers: Callable[[Ctx], Buffers]
-    run: Callable[[Ctx, Buffers], None]
-    expected: Callable[[Ctx], Expect | None]  # what buffers["out"] must hold; None: nothing to check here
-    active: Callable[[int, int], bool] = lambda rank, n: True
-    min_ranks: int = 1
-    bidirectional: bool = False
-    rooted: bool = False  # --root names the rank it starts from or ends at
-
-    def granularity(self, n: int) -> int:
-        return n if self.per_rank_chunks else 1
-
-
-REDUCE_OPS = {
+# Keyed by collectives.REDUCE_OPS, the names --reduce-op takes.
+_REDUCTIONS = {
     "sum": dist.ReduceOp.SUM,
     "avg": dist.ReduceOp.AVG,
     "max": dist.ReduceOp.MAX,
@@ -120,10 +96,6 @@ REDUCE_OPS = {
 # torch 2.13 renamed the tensor forms; older releases (>= 2.4) only have the old names.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def _ring(n: int) -> float:
-    return (n - 1) / n
 
 
 def _chunk_of(c: Ctx, buf: torch.Tensor) -> torch.Tensor:
@@ -189,21 +161,8 @@ def _pt2pt_run(c: Ctx, b: Buffers) -> None:
     exchange(c, [(b["in"], c.peer)] if "in" in b else [], [(b["out"], c.peer)] if "out" in b else [])
 
 
-def _pt2pt(name: str, bidirectional: bool) -> Op:
-    return Op(
-        name=name,
-        # Bidirectional counts the bytes moving both ways (docs/methodology.md §1).
-        busbw_factor=lambda n: 2.0 if bidirectional else 1.0,
-        per_rank_chunks=False,
-        in_place=InPlace.NEVER,
-        reduces=False,
-        buffers=lambda c: _pt2pt_buffers(c, bidirectional),
-        run=_pt2pt_run,
-        expected=lambda c: c.copy_of(c.peer) if "out" in _pt2pt_roles(c, bidirectional) else None,
-        active=lambda rank, n: (rank ^ 1) < n,
-        min_ranks=2,
-        bidirectional=bidirectional,
-    )
+def _senders(c: Ctx) -> list[int]:
+    return [r for r in range(c.n) if r != c.root]
 
 
 def _incast_buffers(c: Ctx) -> Buffers:
@@ -216,97 +175,69 @@ def _incast_run(c: Ctx, b: Buffers) -> None:
     if c.rank != c.root:
         exchange(c, [(b["in"], c.root)], [])
         return
-    senders = [r for r in range(c.n) if r != c.root]
-    exchange(c, [], list(zip(b["out"].split(c.count), senders)))
+    exchange(c, [], list(zip(b["out"].split(c.count), _senders(c))))
 
 
-def _incast_expected(c: Ctx) -> Expect | None:
-    if c.rank != c.root:
-        return None
-    senders = [r for r in range(c.n) if r != c.root]
-    return c.pieces(c.count, lambda j: (senders[j], 0))
+@dataclass(frozen=True)
+class Op:
+    """A collective as the sweep runs it: its facts, how its buffers are made, how torch calls it."""
+
+    facts: Collective
+    buffers: Callable[[Ctx], Buffers]
+    run: Callable[[Ctx, Buffers], None]
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    def expected(self, c: Ctx, bufs: Buffers) -> Expect | None:
+        """What buffers["out"] must hold on this rank; None where nothing is defined to check."""
+        if "out" not in bufs or (self.facts.checked_on_root and c.rank != c.root):
+            return None
+        return _HOLDS[self.facts.holds](c)
+
+
+_HOLDS: dict[Holds, Callable[[Ctx], Expect]] = {
+    Holds.REDUCTION: lambda c: c.reduced(),
+    Holds.REDUCTION_CHUNK: lambda c: c.reduced(c.rank * c.chunk),
+    Holds.ALL_CHUNKS: lambda c: c.pieces(c.chunk, lambda j: (j, j * c.chunk)),
+    Holds.CHUNKS_FOR_IT: lambda c: c.pieces(c.chunk, lambda j: (j, c.rank * c.chunk)),
+    Holds.ROOT_BUFFER: lambda c: c.copy_of(c.root),
+    Holds.ROOT_CHUNK: lambda c: c.copy_of(c.root, c.rank * c.chunk),
+    Holds.PEER_BUFFER: lambda c: c.copy_of(c.peer),
+    Holds.PREVIOUS_BUFFER: lambda c: c.copy_of((c.rank - 1) % c.n),
+    Holds.SENDERS_BUFFERS: lambda c: c.pieces(c.count, lambda j: (_senders(c)[j], 0)),
+}
+
+
+def _in_place(c: Ctx) -> Buffers:
+    return {"out": c.input(c.rank, c.count)}
+
+
+def _op(name: str, *, buffers: Callable[[Ctx], Buffers], run: Callable[[Ctx, Buffers], None]) -> Op:
+    return Op(COLLECTIVES[name], buffers, run)
 
 
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        Op(
-            "all_reduce", lambda n: 2 * (n - 1) / n, False, InPlace.ALWAYS, True,
-            buffers=lambda c: {"out": c.input(c.rank, c.count)},
-            run=lambda c, b: dist.all_reduce(b["out"], op=c.torch_op, group=c.group),
-            expected=lambda c: c.reduced(),
-        ),
-        Op(
-            "all_gather", _ring, True, InPlace.OPTIONAL, False,
-            buffers=_all_gather_buffers,
-            run=lambda c, b: _all_gather(b["out"], b["in"], group=c.group),
-            expected=lambda c: c.pieces(c.chunk, lambda j: (j, j * c.chunk)),
-        ),
-        Op(
-            "reduce_scatter", _ring, True, InPlace.OPTIONAL, True,
-            buffers=_reduce_scatter_buffers,
-            run=lambda c, b: _reduce_scatter(b["out"], b["in"], op=c.torch_op, group=c.group),
-            expected=lambda c: c.reduced(c.rank * c.chunk),
-        ),
-        Op(
-            "all_to_all", _ring, True, InPlace.NEVER, False,
-            buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
-            run=lambda c, b: dist.all_to_all_single(b["out"], b["in"], group=c.group),
-            expected=lambda c: c.pieces(c.chunk, lambda j: (j, c.rank * c.chunk)),
-        ),
-        Op(
-            "broadcast", lambda n: 1.0, False, InPlace.ALWAYS, False,
-            buffers=lambda c: {"out": c.input(c.rank, c.count)},
-            run=lambda c, b: dist.broadcast(b["out"], src=c.gl(c.root), group=c.group),
-            expected=lambda c: c.copy_of(c.root),
-            rooted=True,
-        ),
-        Op(
-            "reduce", lambda n: 1.0, False, InPlace.ALWAYS, True,
-            buffers=lambda c: {"out": c.input(c.rank, c.count)},
-            run=lambda c, b: dist.reduce(b["out"], dst=c.gl(c.root), op=c.torch_op, group=c.group),
-            # Only the root's buffer is defined after a reduce.
-            expected=lambda c: c.reduced() if c.rank == c.root else None,
-            rooted=True,
-        ),
-        Op(
-            "gather", _ring, True, InPlace.NEVER, False,
-            buffers=_gather_buffers,
-            run=lambda c, b: dist.gather(
-                b["in"], list(b["out"].split(c.chunk)) if "out" in b else None, dst=c.gl(c.root), group=c.group
-            ),
-            expected=lambda c: c.pieces(c.chunk, lambda j: (j, j * c.chunk)) if c.rank == c.root else None,
-            rooted=True,
-        ),
-        Op(
-            "scatter", _ring, True, InPlace.NEVER, False,
-            buffers=_scatter_buffers,
-            run=lambda c, b: dist.scatter(
-                b["out"], list(b["in"].split(c.chunk)) if "in" in b else None, src=c.gl(c.root), group=c.group
-            ),
-            expected=lambda c: c.copy_of(c.root, c.rank * c.chunk),
-            rooted=True,
-        ),
-        _pt2pt("pt2pt", bidirectional=False),
-        _pt2pt("pt2pt_bidir", bidirectional=True),
-        # --pattern ring: each rank sends to the next and receives from the previous at once, so
-        # on a multi-node job every node boundary is crossed (pt2pt's pairs 0-1, 2-3 never are).
-        Op(
-            "sendrecv", lambda n: 1.0, False, InPlace.NEVER, False,
-            buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
-            run=lambda c, b: exchange(c, [(b["in"], (c.rank + 1) % c.n)], [(b["out"], (c.rank - 1) % c.n)]),
-            expected=lambda c: c.copy_of((c.rank - 1) % c.n),
-            min_ranks=2,
-        ),
-        # --pattern incast: every rank sends Size bytes to the root at once (the congestion case);
-        # busbw is what arrives at the root per second.
-        Op(
-            "incast", lambda n: n - 1.0, False, InPlace.NEVER, False,
-            buffers=_incast_buffers, run=_incast_run, expected=_incast_expected, min_ranks=2, rooted=True,
-        ),
+        _op("all_reduce", buffers=_in_place, run=lambda c, b: dist.all_reduce(b["out"], op=c.torch_op, group=c.group)),
+        _op("all_gather", buffers=_all_gather_buffers, run=lambda c, b: _all_gather(b["out"], b["in"], group=c.group)),
+        _op("reduce_scatter", buffers=_reduce_scatter_buffers,
+            run=lambda c, b: _reduce_scatter(b["out"], b["in"], op=c.torch_op, group=c.group)),
+        _op("all_to_all", buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
+            run=lambda c, b: dist.all_to_all_single(b["out"], b["in"], group=c.group)),
+        _op("broadcast", buffers=_in_place, run=lambda c, b: dist.broadcast(b["out"], src=c.gl(c.root), group=c.group)),
+        _op("reduce", buffers=_in_place,
+            run=lambda c, b: dist.reduce(b["out"], dst=c.gl(c.root), op=c.torch_op, group=c.group)),
+        _op("gather", buffers=_gather_buffers, run=lambda c, b: dist.gather(
+            b["in"], list(b["out"].split(c.chunk)) if "out" in b else None, dst=c.gl(c.root), group=c.group)),
+        _op("scatter", buffers=_scatter_buffers, run=lambda c, b: dist.scatter(
+            b["out"], list(b["in"].split(c.chunk)) if "in" in b else None, src=c.gl(c.root), group=c.group)),
+        _op("pt2pt", buffers=lambda c: _pt2pt_buffers(c, bidirectional=False), run=_pt2pt_run),
+        _op("pt2pt_bidir", buffers=lambda c: _pt2pt_buffers(c, bidirectional=True), run=_pt2pt_run),
+        _op("sendrecv", buffers=lambda c: {"in": c.input(c.rank, c.count), "out": c.empty(c.count)},
+            run=lambda c, b: exchange(c, [(b["in"], (c.rank + 1) % c.n)], [(b["out"], (c.rank - 1) % c.n)])),
+        _op("incast", buffers=_incast_buffers, run=_incast_run),
     )
 }
-
-# `--ops all` runs each collective once; pt2pt's direction comes from --bidirectional; the
-# ring and incast patterns are asked for by name (or --pattern).
-ALL_OPS = [name for name in OPS if name not in ("pt2pt_bidir", "sendrecv", "incast")]

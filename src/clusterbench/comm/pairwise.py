@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from clusterbench.comm import scopes, table
 from clusterbench.comm.values import Values, dtype_named
-from clusterbench.dist import Worker, synchronize
+from clusterbench.devices import synchronize
+from clusterbench.dist import Worker
 from clusterbench.errors import UsageError
 from clusterbench.rank import Rank
 from clusterbench.results.schema import CommOptions, PairRow

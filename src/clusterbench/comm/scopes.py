@@ -8,33 +8,17 @@ inter   one rank per node, the same local rank on each ("rail k"), one rail at a
 algo    (--nccl-algo) the whole job once per NCCL algorithm, side by side.
 
 A phase is the teams that run at the same time; the phases of a scope run one after another.
+Planning them needs no process group; comm/groups.py gives each team its own.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-import torch.distributed as dist
-
 from clusterbench.rendezvous import Member
 
-SCOPES = ("global", "intra", "inter")
 WHOLE_JOB = "all"
-# NCCL_ALGO values (NCCL reads the variable when it sets up each communicator) and the ops NCCL
-# can run with each: a forced algorithm that cannot run an op fails that op rather than falling back.
-NCCL_ALGOS = {
-    "ring": ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"),
-    "tree": ("all_reduce",),
-    "collnetdirect": ("all_reduce",),
-    "collnetchain": ("all_reduce",),
-    "nvls": ("all_reduce", "all_gather", "reduce_scatter"),
-    "nvlstree": ("all_reduce",),
-    "pat": ("all_gather", "reduce_scatter"),
-}
 
 
 @dataclass(frozen=True)
@@ -98,34 +82,3 @@ def plan(scope: str, members: list[Member]) -> tuple[list[Phase], str | None]:
         if len(ranks) > 1:
             phases.append(Phase(scope, (Team(scope, f"rail {k}", ranks, len(ranks)),)))
     return phases, None
-
-
-def with_groups(phases: list[Phase]) -> list[Phase]:
-    """Make each team's process group. Every rank calls this with the same phases, in the same
-    order, because creating a group is a collective over the whole job."""
-    return [replace(phase, teams=tuple(team if team.name == WHOLE_JOB else
-                                       replace(team, group=_new_group(team))
-                                       for team in phase.teams))
-            for phase in phases]
-
-
-def _new_group(team: Team) -> Any:
-    with nccl_algo(team.nccl_algo):  # a communicator set up now (eagerly) sees its algorithm
-        return dist.new_group(list(team.ranks))
-
-
-@contextmanager
-def nccl_algo(algo: str | None) -> Iterator[None]:
-    """NCCL_ALGO set to `algo` for a while (nothing when None), then as it was."""
-    if algo is None:
-        yield
-        return
-    before = os.environ.get("NCCL_ALGO")
-    os.environ["NCCL_ALGO"] = algo
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("NCCL_ALGO", None)
-        else:
-            os.environ["NCCL_ALGO"] = before

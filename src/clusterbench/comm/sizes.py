@@ -1,11 +1,14 @@
-"""The geometric sweep of message sizes, and rounding a size to whole elements."""
+"""Message sizes: the geometric sweep, rounding a size to whole elements, and the check's chunks."""
 
 from __future__ import annotations
 
 from clusterbench.errors import UsageError
 
+CHUNK = 1 << 20  # elements the check builds at a time: each int64 temporary of a chunk is 8 MiB
+SCRATCH_BYTES = 12 * 8 * CHUNK  # the most the temporaries of one chunk take at once (measured: ~95 MiB)
 
-def sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+
+def geometric(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     """Geometric sizes min, min*f, ... up to max (max itself included when the steps miss it)."""
     if min_bytes > max_bytes:
         raise UsageError(f"--min-bytes ({min_bytes}) is larger than --max-bytes ({max_bytes})")

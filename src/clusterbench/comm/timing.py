@@ -24,8 +24,6 @@ import torch.distributed as dist
 
 from clusterbench.errors import UsageError, one_line
 
-RANK_TIME = ("max", "avg", "min")
-TIMINGS = ("stamps", "loop", "graph")
 MIN_ITERS = 3  # fewer cannot give a spread
 MIN_AUTO_ITERS = 5
 MAX_AUTO_ITERS = 100_000

@@ -17,18 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-}
-DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
-                 "fp64": "float64", "double": "float64", "float": "float32"}
+from clusterbench.comm import options
+from clusterbench.comm.sizes import CHUNK
+
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in options.DTYPES}
 
 # The largest integer each dtype holds exactly.
 _EXACT = {
@@ -37,14 +29,12 @@ _EXACT = {
 }
 _MODULUS = 251  # prime, so chunk offsets and rank strides do not line up
 WINDOW = 8  # ranks contributing to each element of a reduction
-CHUNK = 1 << 20  # elements built at a time: each int64 temporary of a chunk is 8 MiB
-SCRATCH_BYTES = 12 * 8 * CHUNK  # the most the temporaries of one chunk take at once (measured: ~95 MiB)
 
 Expect = Callable[[int, int], torch.Tensor]  # elements start..stop of what a buffer must hold
 
 
 def dtype_named(name: str) -> torch.dtype:
-    return DTYPES[DTYPE_ALIASES.get(name, name)]
+    return DTYPES[options.DTYPE_ALIASES.get(name, name)]
 
 
 @dataclass(frozen=True)

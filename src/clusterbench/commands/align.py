@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from clusterbench.analyse import alignment, references
+from clusterbench.command import ToolCommand
 from clusterbench.errors import RunFailed, UsageError
-from clusterbench.harness import ToolCommand
 from clusterbench.results.folder import load_run
 from clusterbench.train.options import add_limit_arguments
 

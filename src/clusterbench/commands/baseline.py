@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from clusterbench.analyse import baseline
+from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK
-from clusterbench.harness import ToolCommand
+from clusterbench.registry import metrics_of
+from clusterbench.results.folder import load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    doc = baseline.build(args.runs)
+    doc = baseline.build([(str(run), metrics_of(load_run(run)).values) for run in args.runs])
     path = baseline.write(doc, args.output)
     print(f"# baseline: {len(doc.metrics)} metrics over {len(args.runs)} runs -> {path}")
     return EXIT_OK

@@ -10,10 +10,10 @@ from dataclasses import asdict
 from clusterbench import args as argtypes
 from clusterbench.analyse import baseline
 from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare, lost, unfinished, worse
-from clusterbench.analyse.metrics import flatten, metrics_of
 from clusterbench.analyse.rules import RuleResult, evaluate, load_rules
+from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
-from clusterbench.harness import ToolCommand
+from clusterbench.registry import metrics_of
 from clusterbench.results.folder import load_run
 
 
@@ -38,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
     runs = {"A": first}
     if args.run_b:
         runs["B"] = candidate = load_run(args.run_b)
-        reference = flatten(first)
+        reference = metrics_of(first).values
     elif args.baseline:
         reference, candidate = baseline.load_means(args.baseline), first
     else:
@@ -56,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
                    f"PASS: {passed} of {len(results)} checks pass" + (f" ({others})" if others else ""))
         _print(results, args.json, _rules_text(results), f"# rules: {verdict}")
         return EXIT_FAILED if problems else EXIT_OK
-    rows = compare(reference, flatten(candidate), args.tolerance, per_size=args.all)
+    rows = compare(reference, metrics_of(candidate).values, args.tolerance, per_size=args.all)
     for found, what in ((lost(rows), "judged metrics missing in the run judged"),
                         (worse(rows), f"metrics worse by more than {args.tolerance:.0%}")):
         if found:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from clusterbench.analyse.nccl import picture
 from clusterbench.analyse.rules import default_rules
-from clusterbench.analyse.verdicts import judge
+from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
-from clusterbench.harness import ToolCommand
 from clusterbench.nccl.log import parse_files
+from clusterbench.registry import judge
 from clusterbench.results.folder import NCCL_LOGS, load_run
 from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.schema import Run

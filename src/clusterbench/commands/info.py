@@ -7,9 +7,8 @@ import json
 from dataclasses import dataclass
 
 from clusterbench import args as argtypes
-from clusterbench.harness import LocalCommand
+from clusterbench.command import LocalCommand
 from clusterbench.hw.render import render
-from clusterbench.hw.topology import describe
 from clusterbench.results import codec
 from clusterbench.results.folder import RunFolder
 
@@ -27,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def work(folder: RunFolder, opts: InfoOptions) -> None:
+    from clusterbench.hw.topology import describe  # torch (the PCIe load, its version): only when asked
+
     info = describe(pcie_load=opts.pcie_load)
     folder.record(hardware=info)
     print(json.dumps(codec.dump(info), indent=1) if opts.json else render(info), flush=True)

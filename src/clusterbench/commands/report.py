@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from clusterbench.harness import ToolCommand
+from clusterbench.command import ToolCommand
+from clusterbench.registry import render_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -12,9 +13,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # Imported here: matplotlib costs every other command, and every spawned rank, half a second.
-    from clusterbench.report.html import render_report
-
     print(f"report: {render_report(args.run_dir)}")
     return 0
 

@@ -6,8 +6,7 @@ import os
 import platform
 import re
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from clusterbench.results.hardware import Cpu, NumaNode
 
@@ -71,17 +70,19 @@ def numa_nodes() -> list[NumaNode]:
 
 def versions() -> dict[str, str | None]:
     """Software versions; "driver" is filled in from NVML when there is one."""
+    import torch  # the rest of this module reads files: a reader of /proc need not pay for torch
+
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
-        "nccl": _nccl_version(),
+        "nccl": _nccl_version(torch),
         "driver": None,
     }
 
 
-def _nccl_version() -> str | None:
+def _nccl_version(torch: Any) -> str | None:
     # Asked of the build, not a device, so no CUDA context starts before workers fork.
     if not (torch.version.cuda or getattr(torch.version, "hip", None)):
         return None

@@ -18,8 +18,7 @@ from dataclasses import replace
 import torch
 
 from clusterbench import limits
-from clusterbench.dist import is_out_of_memory
-from clusterbench.errors import UsageError
+from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.hw.host import meminfo_bytes
 from clusterbench.results.hardware import CopyPeak, DevicePeaks, MatmulPeak
 from clusterbench.units import human_bytes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
@@ -74,3 +75,14 @@ def details(summary: str, html: str) -> str:
 def section(anchor: str, title: str, body: str, lead: str = "") -> str:
     lead_html = f'<p class="lead">{lead}</p>' if lead else ""
     return f'<section id="{anchor}"><h2>{esc(title)}</h2>{lead_html}{body}</section>'
+
+
+@dataclass(frozen=True)
+class Part:
+    """One section of the page: its anchor and title in the navigation, its HTML (a section() with that
+    anchor), and how many plots it draws, counted from the data (the browser test holds the page to it)."""
+
+    anchor: str
+    title: str
+    html: str
+    plots: int = 0

@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from clusterbench.errors import RunFailed, UsageError
+from clusterbench.errors import RunFailed, UsageError, one_line
 from clusterbench.results import codec, documents
 from clusterbench.results.schema import Env, Run
 from clusterbench.results.telemetry import TABLE as TELEMETRY
@@ -76,6 +76,11 @@ class RunFolder:
             setattr(self.run, name, value)
         self.save()
 
+    def record_extra(self, name: str, record: Any) -> None:
+        """Set a section the schema does not name (a stage's own: docs/architecture.md) and save."""
+        self.run.extra[name] = codec.dump(record)
+        self.save()
+
     def append(self, table: str, row: Any, min_interval_s: float = 0.0) -> None:
         """Add a row to a table of run.json and to <table>.csv.
 
@@ -109,6 +114,18 @@ class RunFolder:
         self.run.error = error
         self.run.finished_utc = documents.utc_stamp()
         self.flush()
+
+    def finish_failed(self, e: BaseException) -> None:
+        """Record how the work ended, if the disk still lets us: the first error is the one reported."""
+        try:
+            self.finish("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", one_line(e))
+        except RunFailed:
+            pass
+
+
+def announce(path: Path, stream: Any) -> None:
+    """The line that names the files a run left."""
+    print(f"# results: {', '.join(str(f) for f in result_files(path) if f.exists())}", file=stream, flush=True)
 
 
 def load_run(path: str | Path) -> Run:

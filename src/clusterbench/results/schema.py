@@ -1,12 +1,14 @@
 """run.json: every section as a typed record, the one layout every command writes and reads.
 
-Version 3 (this one) against version 2: each `expected` figure is a record that says where it
+Version 4 (this one) against version 3: the alpha-beta model's section is `cost_model` (version 3
+called it `model`, beside the fine-tuned model's own fields), and `extra` holds the sections of
+stages the schema does not name (docs/architecture.md). Version 3 against version 2: each `expected` figure is a record that says where it
 comes from (version 2 kept a bare number, given with --expect-busbw), and the new `expected_note`,
 `canary`, `telemetry` and each rank's CPUs and NUMA nodes, which older folders lack and read as
 empty. Version 2 against 1: a
 "kind" key, a GPU's PCIe fields grouped under "pcie", `expected` figures, a train section's
 `reference_note` and summary `stop_reason`, verdicts that may be SKIP (not judged), and strict
-JSON (a NaN loss is null). Older folders are read through `upgrade_v1` and `upgrade_v2`.
+JSON (a NaN loss is null). Older folders are read through `upgrade_v1`, `upgrade_v2` and `upgrade_v3`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from clusterbench import __version__
+from clusterbench.results.cost_model import CostModel
 from clusterbench.results.hardware import Hardware, Peaks
-from clusterbench.results.model import ModelFit
 from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.telemetry import Telemetry
 
 RUN_KIND = "clusterbench-run"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
@@ -263,7 +265,7 @@ class Run:
     comm_options: CommOptions | None = None
     comm: list[CommRow] = field(default_factory=list)
     pairs: list[PairRow] = field(default_factory=list)
-    model: ModelFit | None = None  # the alpha-beta model fitted to this run's comm rows (§14)
+    cost_model: CostModel | None = None  # the alpha-beta model fitted to this run's comm rows (§14)
     nccl: NcclFacts | None = None  # what NCCL's own log says it found and chose (docs/methodology.md §9)
     telemetry: Telemetry | None = None  # device telemetry per stage; its samples: telemetry.csv (§10)
     train: Train | None = None
@@ -273,6 +275,9 @@ class Run:
     expected_note: str | None = None  # why the shipped table matched nothing, or what it could not compare
     verdicts: list[Verdict] = field(default_factory=list)
     verdict: Literal["PASS", "WARN", "FAIL"] | None = None
+    # Sections of stages the schema does not name, by section name, as plain JSON values: a stage
+    # module reads its own back with codec.load and its record type.
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
@@ -307,3 +312,9 @@ def upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:
         expected = {name: {"value": value, "origin": "given", "system": "this cluster",
                            "source": "--expect-busbw"} for name, value in expected.items()}
     return {**doc, "schema_version": 3, "expected": expected if expected is not None else {}}
+
+
+def upgrade_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-3 run.json in version 4's layout: its `model` section is the cost model."""
+    upgraded = {key: value for key, value in doc.items() if key != "model"}
+    return upgraded | {"schema_version": 4, "cost_model": doc.get("model")}

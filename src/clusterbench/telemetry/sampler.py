@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 from clusterbench.errors import one_line
 
+DEFAULT_HZ = 10.0
+MAX_HZ = 100.0  # NVML's own counters update every 20 ms or more; faster sampling only costs CPU
 Reading = tuple[float, dict[str, Any]]  # (unix time, figures named as Sample's fields)
 
 

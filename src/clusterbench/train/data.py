@@ -154,23 +154,38 @@ class Batch:
     loss_tokens: int  # (labels[:, 1:] != -100).sum(): what a causal LM loss averages over
 
 
+@dataclass(frozen=True, eq=False)
+class Rows:
+    """The data set laid out: one row per packed or padded sequence."""
+
+    ids: torch.Tensor  # [rows, seq_len] int32
+    loss: torch.Tensor  # [rows, seq_len] bool: a loss is taken on this token
+    lengths: torch.Tensor  # [rows] int64: real (non-padding) tokens of each row
+
+
+@dataclass(frozen=True)
+class Specials:
+    bos: int | None
+    eos: int
+    pad: int  # padded positions are masked, so any id will do
+
+
 class SFTTask:
     """Tokenized rows of one data set plus the seeded order in which steps consume them."""
 
-    def __init__(self, name: str, tokenizer: Tokenizer, ids: torch.Tensor, loss: torch.Tensor,
-                 lengths: torch.Tensor, pad_id: int, bos_id: int | None, eos_id: int,
-                 packing: bool, seed: int, dropped: int) -> None:
+    def __init__(self, *, name: str, tokenizer: Tokenizer, rows: Rows, specials: Specials, packing: bool,
+                 seed: int, dropped: int) -> None:
         self.name = name
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        self.seq_len = ids.shape[1]
+        self.pad_id, self.bos_id, self.eos_id = specials.pad, specials.bos, specials.eos
+        self.seq_len = rows.ids.shape[1]
         self.packing = packing
         self.seed = seed
-        self.num_samples = ids.shape[0]
+        self.num_samples = rows.ids.shape[0]
         self.dropped = dropped  # examples with no response token left after truncation
-        self._ids, self._loss, self._lengths = ids, loss, lengths
-        self._loss_counts = loss[:, 1:].sum(1)
+        self._ids, self._loss, self._lengths = rows.ids, rows.loss, rows.lengths
+        self._loss_counts = rows.loss[:, 1:].sum(1)
         self._perms: dict[int, torch.Tensor] = {}
 
     def __repr__(self) -> str:
@@ -246,53 +261,60 @@ def load_task(data: str | None = None, tokenizer: str | None = None, seq_len: in
     """Read, tokenize and lay out the data set once; see SFTTask.batch for the order."""
     if seq_len < MIN_SEQ_LEN:
         raise UsageError(f"--seq-len {seq_len} is too short (minimum {MIN_SEQ_LEN})")
-    tok = load_tokenizer(tokenizer)
+    tok, specials = _prepared_tokenizer(tokenizer)
+    name, source, raw = _read_data(data)
+    ids_list, loss_list = _tokenize(parse_jsonl(raw, source), tok, specials.bos, specials.eos)
+    rows, dropped = _lay_out(ids_list, loss_list, seq_len, packing, specials.pad, source)
+    return SFTTask(name=name, tokenizer=tok, rows=rows, specials=specials, packing=packing, seed=seed,
+                   dropped=dropped)
+
+
+def _prepared_tokenizer(path: str | None) -> tuple[Tokenizer, Specials]:
+    tok = load_tokenizer(path)
     # Our template and user text must not be split into specials or padded by a user
-    # tokenizer's own settings; BOS/EOS are inserted by id below.
+    # tokenizer's own settings; BOS/EOS are inserted by id.
     tok.no_padding()
     tok.no_truncation()
     tok.encode_special_tokens = True
     eos = _special_id(tok, _EOS_NAMES)
     if eos is None:
-        raise UsageError(f"--tokenizer {tokenizer}: no end-of-sequence token "
-                         f"(looked for {', '.join(_EOS_NAMES)})")
-    bos = _special_id(tok, _BOS_NAMES)
+        raise UsageError(f"--tokenizer {path}: no end-of-sequence token (looked for {', '.join(_EOS_NAMES)})")
     pad = _special_id(tok, _PAD_NAMES)
-    pad = eos if pad is None else pad  # padded positions are masked, any id will do
+    return tok, Specials(bos=_special_id(tok, _BOS_NAMES), eos=eos, pad=eos if pad is None else pad)
 
+
+def _read_data(data: str | None) -> tuple[str, str, bytes]:
+    """(the task's name, where the data came from, its bytes): the shipped set, or --data."""
     if data is None:
         raw = (files("clusterbench.train") / "assets" / "sft.jsonl").read_bytes()
-        name, source = SHIPPED_NAME, "clusterbench/train/assets/sft.jsonl"
-    else:
-        try:
-            raw = Path(data).read_bytes()
-        except FileNotFoundError:
-            raise UsageError(f"--data {data}: no such file") from None
-        except OSError as e:
-            raise UsageError(f"--data {data}: cannot read ({e.strerror})") from None
-        name = f"file:{Path(data).name}:{hashlib.sha256(raw).hexdigest()[:12]}"
-        source = data
-    ids_list, loss_list = _tokenize(parse_jsonl(raw, source), tok, bos, eos)
+        return SHIPPED_NAME, "clusterbench/train/assets/sft.jsonl", raw
+    try:
+        raw = Path(data).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"--data {data}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"--data {data}: cannot read ({e.strerror})") from None
+    return f"file:{Path(data).name}:{hashlib.sha256(raw).hexdigest()[:12]}", data, raw
 
+
+def _lay_out(ids_list: list[np.ndarray], loss_list: list[np.ndarray], seq_len: int, packing: bool, pad: int,
+             source: str) -> tuple[Rows, int]:
+    """Rows of seq_len tokens, packed or padded, and how many examples were dropped."""
     # Truncate, then drop examples whose response was cut away entirely: rows without a
     # single loss token would waste steps and could make a batch's loss 0/0.
-    kept = [(i[:seq_len], m[:seq_len]) for i, m in zip(ids_list, loss_list)
-            if m[1:seq_len].any()]
+    kept = [(i[:seq_len], m[:seq_len]) for i, m in zip(ids_list, loss_list) if m[1:seq_len].any()]
     if not kept:
-        raise UsageError(f"--seq-len {seq_len}: no response fits; every example's prompt "
-                         f"fills the whole sequence")
+        raise UsageError(f"--seq-len {seq_len}: no response fits; every example's prompt fills the whole sequence")
     dropped = len(ids_list) - len(kept)
-
     if packing:
         flat_ids = np.concatenate([i for i, _ in kept])
         flat_loss = np.concatenate([m for _, m in kept])
-        rows = len(flat_ids) // seq_len  # the incomplete final row is dropped, not padded
-        if rows == 0:
-            raise UsageError(f"{source}: {len(flat_ids)} tokens, too few for one packed "
-                             f"row of {seq_len}")
-        ids = flat_ids[:rows * seq_len].reshape(rows, seq_len)
-        loss = flat_loss[:rows * seq_len].reshape(rows, seq_len)
-        lengths = np.full(rows, seq_len, dtype=np.int64)
+        count = len(flat_ids) // seq_len  # the incomplete final row is dropped, not padded
+        if count == 0:
+            raise UsageError(f"{source}: {len(flat_ids)} tokens, too few for one packed row of {seq_len}")
+        ids = flat_ids[:count * seq_len].reshape(count, seq_len)
+        loss = flat_loss[:count * seq_len].reshape(count, seq_len)
+        lengths = np.full(count, seq_len, dtype=np.int64)
     else:
         ids = np.full((len(kept), seq_len), pad, dtype=np.int32)
         loss = np.zeros((len(kept), seq_len), dtype=np.bool_)
@@ -301,5 +323,4 @@ def load_task(data: str | None = None, tokenizer: str | None = None, seq_len: in
             ids[r, :len(i)] = i
             loss[r, :len(m)] = m
             lengths[r] = len(i)
-    return SFTTask(name, tok, torch.from_numpy(ids), torch.from_numpy(loss),
-                   torch.from_numpy(lengths), pad, bos, eos, packing, seed, dropped)
+    return Rows(torch.from_numpy(ids), torch.from_numpy(loss), torch.from_numpy(lengths)), dropped

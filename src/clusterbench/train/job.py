@@ -19,7 +19,7 @@ from clusterbench.analyse import alignment, references
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
 from clusterbench.results.documents import LossReference
-from clusterbench.results.schema import Run, TrainConfig
+from clusterbench.results.schema import Run, Train, TrainConfig
 from clusterbench.train import models
 from clusterbench.train.data import load_task
 from clusterbench.train.loop import LoopConfig
@@ -44,7 +44,6 @@ class TrainJob:
     reference: LossReference | None  # the curve to judge by; None: not judged
     reference_label: str | None
     reference_note: str | None  # why no shipped reference judges this run
-    section: str = "train"  # the run.json section it fills: train, or canary
     exact_float32: bool = False  # TF32 off: float32 matmuls as float32, so the canary checks float32 numerics
 
 
@@ -98,7 +97,7 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
 def canary(world_size: int) -> TrainJob:
     """The canary's job: the CPU task, whatever the device (so it is built with the CPU's defaults); a
     UsageError says why it cannot run (its global batch of 16 does not divide among the ranks)."""
-    return replace(build(CANARY_OPTIONS, "cpu", world_size), section="canary", exact_float32=True)
+    return replace(build(CANARY_OPTIONS, "cpu", world_size), exact_float32=True)
 
 
 def _micro_batch(asked: int | None, largest: int, global_batch: int, world_size: int) -> int:
@@ -112,15 +111,12 @@ def _micro_batch(asked: int | None, largest: int, global_batch: int, world_size:
     return micro
 
 
-def judge(run: Run, job: TrainJob) -> None:
-    """On the process that owns the run folder: the alignment verdict, printed and kept, and the
-    reference file. The run's own failures are the analysis layer's to name."""
-    train = getattr(run, job.section)
+def judge(train: Train | None, job: TrainJob) -> None:
+    """On the process that owns the run folder: the alignment verdict of a train record (the train
+    stage's or the canary's), printed and kept. The run's own failures are the analysis layer's to name."""
     if train is None:
         return
     train.reference_note = job.reference_note
-    if job.section == "canary":
-        print("# numerics canary: the tiny float32 task on this hardware against the CPU curve", flush=True)
     if job.reference_note:
         print(f"# loss alignment not judged: {job.reference_note}", flush=True)
     if job.reference is not None and train.losses:
@@ -128,10 +124,13 @@ def judge(run: Run, job: TrainJob) -> None:
         limits = alignment.limits_for(ref.losses, ref.noise_band, job.options.variance_limit, job.options.mre_limit)
         train.alignment = alignment.compare(train.losses, ref.losses, limits, train.config.steps, job.reference_label)
         print(alignment.table(train.alignment), flush=True)
-    if job.section != "train":
-        return
-    path = job.options.save_reference
-    if path and train.summary is not None and train.summary.status == "complete" and run.status == "complete":
+
+
+def save_reference(run: Run, job: TrainJob) -> None:
+    """--save-reference: the finished curve (and its repeats) as a reference file, when the run completed."""
+    path, train = job.options.save_reference, run.train
+    if path and train is not None and train.summary is not None and train.summary.status == "complete" \
+            and run.status == "complete":
         curves = [train.losses, *train.repeat_losses]
         references.save(references.make(replace(train.config), curves, run.env, run.argv), path)
         print(f"# reference written: {path}", flush=True)

@@ -11,7 +11,6 @@ split: this is what makes 1, 2 and 8 ranks train the same curve.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -21,13 +20,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from clusterbench.dist import Worker, is_out_of_memory, synchronize
-from clusterbench.errors import UsageError
+from clusterbench import faults
+from clusterbench.devices import synchronize
+from clusterbench.dist import Worker
+from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.train.data import IGNORE, SFTTask
 
-# Test-only fault injection: the loss of this (1-based) step becomes NaN on rank 0.
-NAN_STEP_ENV = "CLUSTERBENCH_TEST_NAN_STEP"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 GRAD_CLIP = 1.0
 ADAM_BETAS = (0.9, 0.95)
 
@@ -73,7 +71,7 @@ def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig) -> torch.nn.Mo
     if cfg.parallel == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.dtype], reduce_dtype=torch.float32)
+        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
         model.to(worker.device)
         for layer in getattr(model.get_decoder(), "layers", []):
             fully_shard(layer, mp_policy=mp)
@@ -116,7 +114,6 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
     # FSDP's policy casts parameters itself; DDP computes in bf16 under autocast.
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
                               enabled=cfg.dtype == "bfloat16" and cfg.parallel == "ddp")
-    nan_step = int(os.environ.get(NAN_STEP_ENV, "0"))
     results: list[StepResult] = []
     window_start = time.perf_counter()
     status = "complete"
@@ -135,7 +132,7 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
             with grad_sync(model, i == accum - 1):
                 with autocast:
                     loss = sum_loss(model, ids[rows], labels[rows], None if mask is None else mask[rows])
-                if step == nan_step and worker.rank == 0:
+                if faults.poisoned(step, worker.rank):
                     loss = loss * float("nan")
                 (loss * scale).backward()
             loss_sum += loss.detach()

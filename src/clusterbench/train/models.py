@@ -1,4 +1,4 @@
-"""Which model trains: presets as data, a user config.json, or a local checkpoint.
+"""Which model trains: a preset (train/presets.py), a user config.json, or a local checkpoint.
 
 The parent process resolves the choice to a plain config dict (`ModelSpec`), so errors
 surface before any rank starts and the spec pickles cheaply to every rank; for presets it
@@ -20,26 +20,7 @@ from typing import Any
 import torch
 
 from clusterbench.errors import UsageError
-
-# Llama-architecture shapes as LlamaConfig keyword arguments.
-PRESETS: dict[str, dict[str, Any]] = {
-    # ~2.1M parameters over the shipped 4096-token vocabulary: trains on two CPU cores in seconds.
-    "tiny": {"vocab_size": 4096, "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4,
-             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
-             "rope_theta": 10000.0, "tie_word_embeddings": False},
-    # GPT-3 Small width and depth with a Llama-2-sized vocabulary: ~134M parameters.
-    "125m": {"vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
-             "num_attention_heads": 12, "num_key_value_heads": 12, "max_position_embeddings": 2048,
-             "rope_theta": 10000.0, "tie_word_embeddings": False},
-    # Llama-3.2-1B shape.
-    "llama-1b": {"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
-             "rope_theta": 500000.0, "tie_word_embeddings": True},
-    # Llama-3-8B shape.
-    "llama-8b": {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
-             "rope_theta": 500000.0, "tie_word_embeddings": False},
-}
+from clusterbench.train.presets import PRESETS
 
 # Config keys that do not change the computation; left out of the hash that identifies a model.
 _VOLATILE_KEYS = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype",
@@ -182,7 +163,6 @@ def build(spec: ModelSpec, seed: int) -> torch.nn.Module:
         raise UsageError(f"model {spec.name}: {first}") from None
     model.config.use_cache = False  # no KV cache during training
     return model
-
 
 
 def count_params(model: torch.nn.Module) -> int:

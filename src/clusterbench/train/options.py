@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from clusterbench import args as argtypes
-from clusterbench.train import models
-from clusterbench.train.loop import DTYPES
+from clusterbench.train.presets import PRESETS
+
+DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,9 @@ class TrainOptions:
     variance_limit: float | None = None
 
 
-def build(given: dict[str, Any]) -> TrainOptions:
-    return replace(TrainOptions(), **given)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--preset", help=f"{', '.join(models.PRESETS)} (default: tiny on CPU, "
+    g.add_argument("--preset", help=f"{', '.join(PRESETS)} (default: tiny on CPU, "
                    "llama-1b on a GPU with 40 GiB or more, else 125m)")
     g.add_argument("--model-config", help="any causal-LM config.json (fresh weights from --seed)")
     g.add_argument("--model-path", help="a local transformers checkpoint directory")
@@ -63,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lr-warmup-steps", type=argtypes.whole(0), help="linear lr ramp, then constant (default 10)")
     g.add_argument("--seed", type=argtypes.whole(0), help="weights and data order (default 0)")
     g = p.add_argument_group("execution")
-    g.add_argument("--dtype", choices=tuple(DTYPES), help="default float32 CPU, bfloat16 GPU")
+    g.add_argument("--dtype", choices=DTYPES, help="default float32 CPU, bfloat16 GPU")
     g.add_argument("--parallel", choices=("ddp", "fsdp"), help="data parallelism (default ddp)")
     g.add_argument("--activation-checkpointing", action="store_true", help="recompute layer activations")
     g.add_argument("--peak-tflops", type=argtypes.real(0.0), help="peak for MFU (skips table and measurement)")

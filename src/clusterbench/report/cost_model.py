@@ -8,10 +8,10 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from clusterbench.analyse import predict as pr
-from clusterbench.analyse.model import bent, groups, row_time, span
+from clusterbench.analyse.cost_model import bent, groups, row_time, span
 from clusterbench.report.blocks import esc, note, num, pct, section, table
 from clusterbench.report.plots import PAIR_SIZE, PALETTE, STYLE, inline_svg
-from clusterbench.results.model import ModelFit
+from clusterbench.results.cost_model import CostModel
 from clusterbench.results.schema import Run
 from clusterbench.units import duration, human_bytes
 
@@ -21,13 +21,13 @@ _PLANNING_SIZE = 1024**3
 
 def plot_count(run: Run) -> int:
     """One plot per fitted op, and the target cluster's prediction when an intra-node link was derived."""
-    if run.model is None:
+    if run.cost_model is None:
         return 0
-    return len({f.op for f in run.model.fits}) + any(p.link == "intra" for p in run.model.links)
+    return len({f.op for f in run.cost_model.fits}) + any(p.link == "intra" for p in run.cost_model.links)
 
 
-def model_section(run: Run) -> str:
-    model = run.model
+def cost_model_section(run: Run) -> str:
+    model = run.cost_model
     assert model is not None
     checks = {(v.op, v.link): v for v in model.validation}
     rows = []
@@ -46,7 +46,7 @@ def model_section(run: Run) -> str:
     target = target_cluster(run, model)
     if target is not None:
         cluster, assumed = target
-        predictions = pr.predict(cluster, "all_reduce", pr.sweep(1024, 16 * 1024**3))
+        predictions = pr.predict(cluster, "all_reduce", pr.powers_of_two(1024, 16 * 1024**3))
         best = pr.predict(cluster, "all_reduce", [_PLANNING_SIZE])[0].winner
         body += note(esc(f"Target: {cluster.nodes} nodes like this one ({cluster.gpus_per_node} ranks each)"
                          f"{assumed}. all_reduce of 1 GiB: {duration(best.time_us)} by {best.algorithm}, "
@@ -59,7 +59,7 @@ def model_section(run: Run) -> str:
     return section("model", "Alpha-beta model", body, lead=lead)
 
 
-def target_cluster(run: Run, model: ModelFit) -> tuple[pr.Cluster, str] | None:
+def target_cluster(run: Run, model: CostModel) -> tuple[pr.Cluster, str] | None:
     """TARGET_NODES nodes like the measured one; their network is the measured one, else NDR (assumed)."""
     links = pr.measured_links(model)
     if "intra" not in links:
@@ -74,7 +74,7 @@ def target_cluster(run: Run, model: ModelFit) -> tuple[pr.Cluster, str] | None:
     return pr.Cluster(TARGET_NODES, gpus, links["intra"], inter), assumed
 
 
-def _fit_plot(run: Run, model: ModelFit, op: str) -> str:
+def _fit_plot(run: Run, model: CostModel, op: str) -> str:
     """Measured points, the fitted line and, where the model has the op, each algorithm on the measured shape."""
     links = pr.measured_links(model)
     with plt.rc_context(STYLE):

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import predict as pr
-from clusterbench.analyse.model import bent, fit_run, span
+from clusterbench.analyse.cost_model import bent, fit_run, span
+from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK, UsageError
-from clusterbench.harness import ToolCommand
+from clusterbench.results.cost_model import CostModel
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run, save_run
-from clusterbench.results.model import ModelFit
 from clusterbench.units import duration, human_bytes
 
 PLANNING_SIZE = 1024**3  # the planning question's message: 1 GiB
@@ -53,13 +53,13 @@ def _fit(args: argparse.Namespace) -> int:
     for reason in bent(model):
         print(f"# not one line: {reason}")
     if args.save:
-        run.model = model
+        run.cost_model = model
         save_run(Path(args.run_dir), run)
         print(f"# model: stored in {Path(args.run_dir) / 'run.json'}")
     return EXIT_OK
 
 
-def fit_text(model: ModelFit) -> str:
+def fit_text(model: CostModel) -> str:
     checks = {(v.op, v.link): v for v in model.validation}
     within = f", sizes {span(model.size_range)}" if model.size_range else ""
     lines = [f"# alpha-beta fit of each row's {model.stat} time{within}: t(S) = alpha + beta * S",
@@ -82,7 +82,7 @@ def cluster_of(args: argparse.Namespace) -> pr.Cluster:
     gpus = args.gpus_per_node
     if args.from_run:
         run = load_run(args.from_run)
-        links = pr.measured_links(run.model if run.model and run.model.stat == args.stat
+        links = pr.measured_links(run.cost_model if run.cost_model and run.cost_model.stat == args.stat
                                   else fit_run(run, args.stat))
         per_node: dict[str, int] = {}
         for placement in run.env.ranks:
@@ -111,7 +111,7 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def _sizes(text: str) -> list[int]:
-    return pr.sweep(*_range(text))
+    return pr.powers_of_two(*_range(text))
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -120,7 +120,7 @@ def _predict(args: argparse.Namespace) -> int:
     print(predict_text(cluster, args.op, predictions))
     print(planning_answer(cluster, args.op))
     if args.plot:
-        from clusterbench.report.model import prediction_svg  # matplotlib only when asked for
+        from clusterbench.report.cost_model import prediction_svg  # matplotlib only when asked for
 
         path = write_text(args.plot, prediction_svg(cluster, args.op, predictions), "the plot")
         print(f"# plot: {path}")

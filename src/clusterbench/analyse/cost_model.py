@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterbench.comm.ops import OPS
+from clusterbench.collectives import COLLECTIVES
 from clusterbench.errors import UsageError
-from clusterbench.results.model import LinkName, LinkParams, ModelFit, OpFit, Validation
+from clusterbench.results.cost_model import CostModel, LinkName, LinkParams, OpFit, Validation
 from clusterbench.results.schema import CommRow, Run
 from clusterbench.units import human_bytes
 
-# Latency steps of each op's ring (pairwise for all_to_all, pipelined chain for the rooted ones); the
-# bytes each rank puts on its link are the op's busbw factor times S, which is why busbw is a link rate.
-RING_STEPS: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1),
-    "all_gather": lambda n: n - 1,
-    "reduce_scatter": lambda n: n - 1,
-    "all_to_all": lambda n: n - 1,
-    "broadcast": lambda n: n - 1,
-    "reduce": lambda n: n - 1,
-    "pt2pt": lambda n: 1,
-}
 PREFERRED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")  # what the links are derived from
 HOLDOUT_BAR = 0.15  # a held-out median error above this: the sizes do not follow one line
 _HUBER = 1.345  # the usual tuning constant: 95 % efficiency on clean normal errors
@@ -107,7 +96,7 @@ def groups(run: Run, size_range: tuple[int, int] | None = None) -> dict[tuple[st
     found: dict[tuple[str, LinkName, int], list[CommRow]] = {}
     for row in run.comm:
         link = link_of(row)
-        if (link is not None and row.op in OPS and row.wrong == 0 and row_time(row, "mean") > 0
+        if (link is not None and row.op in COLLECTIVES and row.wrong == 0 and row_time(row, "mean") > 0
                 and low <= row.size_bytes <= high):
             found.setdefault((row.op, link, row.world_size), []).append(row)
     return found
@@ -115,24 +104,26 @@ def groups(run: Run, size_range: tuple[int, int] | None = None) -> dict[tuple[st
 
 def fit_rows(op: str, link: LinkName, n: int, rows: list[CommRow], stat: str) -> OpFit:
     line = fit_line([r.size_bytes for r in rows], [row_time(r, stat) for r in rows])
-    factor = OPS[op].busbw_factor(n)
+    # The bytes each rank puts on its link are the op's busbw factor times S: busbw is a link rate.
+    factor = COLLECTIVES[op].busbw_factor(n)
     # 1 byte/µs = 1e-3 GB/s
     gbs = factor / line.beta * 1e-3 if line.beta > 0 and factor > 0 else None
     return OpFit(op, link, n, line.alpha, line.beta, gbs, line.r2, len(rows))
 
 
 def derive_links(fits: list[OpFit]) -> list[LinkParams]:
-    """Per link class, the per-step alpha and the link bandwidth from the preferred op's ring form."""
+    """Per link class, the per-step alpha (over the latency steps of the op's ring, pairwise or chain
+    form) and the link bandwidth, from the preferred op."""
     links = []
     for link in ("intra", "inter"):
-        candidates = [f for f in fits if f.link == link and f.op in RING_STEPS and f.world_size > 1]
+        candidates = [f for f in fits if f.link == link and COLLECTIVES[f.op].latency_steps and f.world_size > 1]
         if not candidates:
             continue
         best = min(candidates, key=lambda f: (PREFERRED.index(f.op) if f.op in PREFERRED else len(PREFERRED),
                                               -f.world_size))
         if best.bandwidth_gb_s is None:
             continue
-        steps = RING_STEPS[best.op](best.world_size)
+        steps = COLLECTIVES[best.op].latency_steps(best.world_size)
         links.append(LinkParams(link, best.alpha_us / steps, best.bandwidth_gb_s,
                                 f"{best.op} on {best.world_size} ranks"))
     return links
@@ -150,7 +141,7 @@ def validate(op: str, link: LinkName, rows: list[CommRow], stat: str) -> Validat
     return Validation(op, link, statistics.median(errors), max(errors), len(errors))
 
 
-def fit_run(run: Run, stat: str = "p50", size_range: tuple[int, int] | None = None) -> ModelFit:
+def fit_run(run: Run, stat: str = "p50", size_range: tuple[int, int] | None = None) -> CostModel:
     """The model of every op and link class the run measured (within size_range, bytes, both included);
     UsageError when it has no comm rows to fit."""
     found = {key: rows for key, rows in groups(run, size_range).items() if len({r.size_bytes for r in rows}) >= 2}
@@ -158,7 +149,7 @@ def fit_run(run: Run, stat: str = "p50", size_range: tuple[int, int] | None = No
         within = f" from {span(size_range)}" if size_range else ""
         raise UsageError(f"the run holds no comm rows with two or more sizes{within} to fit "
                          "(run clusterbench comm first)")
-    model = ModelFit(stat, size_range=size_range)  # type: ignore[arg-type]
+    model = CostModel(stat, size_range=size_range)  # type: ignore[arg-type]
     for (op, link, n), rows in sorted(found.items()):
         model.fits.append(fit_rows(op, link, n, rows, stat))
         check = validate(op, link, rows, stat)
@@ -172,7 +163,7 @@ def span(size_range: tuple[int, int]) -> str:
     return f"{human_bytes(size_range[0])} to {human_bytes(size_range[1])}"
 
 
-def bent(model: ModelFit) -> list[str]:
+def bent(model: CostModel) -> list[str]:
     """Why a fit may not be trusted: each op whose held-out error says its times do not follow one line."""
     return [f"{v.op} ({v.link}): held-out error {v.median_error:.0%} median, above {HOLDOUT_BAR:.0%}: its times "
             "do not follow one line over these sizes (the cost per byte changes past a cache boundary on CPUs, "
@@ -181,7 +172,7 @@ def bent(model: ModelFit) -> list[str]:
             for v in model.validation if v.median_error > HOLDOUT_BAR]
 
 
-def fit_model(run: Run) -> ModelFit | None:
+def fit_cost_model(run: Run) -> CostModel | None:
     """`clusterbench run`'s fit of its own sweep; None when it has nothing to fit (comm skipped)."""
     try:
         return fit_run(run)

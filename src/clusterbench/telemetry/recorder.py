@@ -17,7 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clusterbench.dist import Worker, device_name
+from clusterbench.devices import device_name
+from clusterbench.dist import Worker
 from clusterbench.errors import RunFailed
 from clusterbench.hw import nvml
 from clusterbench.results.folder import RunFolder
@@ -27,8 +28,6 @@ from clusterbench.telemetry.gpu import GpuProbe
 from clusterbench.telemetry.sampler import Probe, Reading, Sampler
 from clusterbench.telemetry.summary import device_stage
 
-DEFAULT_HZ = 10.0
-MAX_HZ = 100.0  # NVML's own counters update every 20 ms or more; faster sampling only costs CPU
 # Samples per device and stage that travel to rank 0 for telemetry.csv and the plots: a long stage on
 # many ranks would otherwise send rank 0 gigabytes. Each rank summarises all of its own samples first.
 CSV_SAMPLES = 3000

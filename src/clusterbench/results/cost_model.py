@@ -1,4 +1,4 @@
-"""run.json's `model` section: the alpha-beta model fitted to a run's own sweep (docs/methodology.md §14)."""
+"""run.json's `cost_model` section: the alpha-beta model fitted to a run's own sweep (docs/methodology.md §14)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Validation:
 
 
 @dataclass
-class ModelFit:
+class CostModel:
     stat: Literal["p50", "mean", "min"]  # which time of each row was fitted
     fits: list[OpFit] = field(default_factory=list)
     links: list[LinkParams] = field(default_factory=list)

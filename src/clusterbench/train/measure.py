@@ -1,31 +1,37 @@
 """The fine-tuning benchmark on every rank: load, train (K times with --repeats), measure.
 
 Rank 0 prints the progress and records each step as it arrives (at most one run-folder write
-a second, so recording never slows the steps it times), then the speed summary. Judging the
-curve is left to the job's conclusion, after the ranks.
+a second, so recording never slows the steps it times), then the speed summary, into the
+section of run.json its stage hands it. Judging the curve is left to the stage's conclusion,
+after the ranks.
 """
 
 from __future__ import annotations
 
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, replace
 
 import torch
 import torch.distributed as dist
 
-from clusterbench.dist import Worker, device_name
+from clusterbench.devices import device_name
+from clusterbench.dist import Worker
 from clusterbench.rank import Rank
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import StepRow, Train, TrainConfig
+from clusterbench.results.schema import StepRow, Train, TrainConfig, TrainSummary
 from clusterbench.train import display, flops, models
-from clusterbench.train.data import load_task
+from clusterbench.train.data import SFTTask, load_task
 from clusterbench.train.job import TrainJob
 from clusterbench.train.loop import LoopResult, StepResult, out_of_memory, train
 
+Keep = Callable[[RunFolder, Train], None]  # how rank 0 sets its stage's section of run.json
 
-def run_train(rank: Rank, job: TrainJob) -> None:
+
+def measure(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
+    """Train the job's task on every rank; rank 0 keeps the record with `keep`, and the per-step
+    rows in train_steps when `step_rows`."""
     worker, folder = rank.worker, rank.folder
     if worker.device.type == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -34,44 +40,53 @@ def run_train(rank: Rank, job: TrainJob) -> None:
     task = load_task(opts.data, opts.tokenizer, job.seq_len, opts.packing, opts.seed)
     rank.progress.at("measuring the peak")
     peak = choose_peak(worker, job)
-    curves: list[list[float]] = []
-    result: LoopResult | None = None
-    config = job.config
     exact = job.exact_float32 and worker.device.type == "cuda"
     try:
         with float32_matmuls() if exact else nullcontext():
-            for k in range(opts.repeats):
-                rank.progress.at(f"building the model (run {k + 1})")
-                model = models.build(job.model, opts.seed)
-                config = replace(config, model_params=models.count_params(model),
-                                 model_config=model.config.to_dict())
-                recorder = _Recorder(rank, config, job.section) if k == 0 and folder is not None else None
-                try:
-                    outcome = train(worker, job.loop, model, task, recorder.step if recorder else (lambda r: None))
-                except (torch.OutOfMemoryError, RuntimeError) as e:
-                    raise out_of_memory(e, job.loop, job.seq_len) or e
-                del model
-                curves.append([r.loss for r in outcome.steps])
-                result = result or outcome
-                if outcome.status != "complete":
-                    break
+            first, config, curves = _repeats(rank, job, task, keep, step_rows)
     finally:
         if folder is not None:
             folder.flush()  # the steps measured so far survive any failure
     memory, kind = peak_memory(worker)
-    if folder is None or result is None:
+    if folder is None or first is None:
         return
-    summary = flops.summarize([_row(r, worker.world_size) for r in result.steps], result.window_s,
-                              worker.world_size, flops.dims_of(config.model_config), job.loop.global_batch,
-                              job.seq_len, job.loop.activation_checkpointing, peak)
+    summary = replace(_summary(first, config, job, worker.world_size, peak), peak_memory_bytes=memory,
+                      peak_memory_kind=kind)
+    keep(folder, Train(config=config, summary=summary, losses=curves[0], repeat_losses=curves[1:]))
+    rank.say(display.summary(summary))
+
+
+def _repeats(rank: Rank, job: TrainJob, task: SFTTask, keep: Keep,
+             step_rows: bool) -> tuple[LoopResult | None, TrainConfig, list[list[float]]]:
+    """The task --repeats times from the same seed, the first recorded step by step; stops at a run
+    that does not complete. Returns the first run's result, its config and every run's curve."""
+    worker, folder = rank.worker, rank.folder
+    config, first, curves = job.config, None, []
+    for k in range(job.options.repeats):
+        rank.progress.at(f"building the model (run {k + 1})")
+        model = models.build(job.model, job.options.seed)
+        config = replace(config, model_params=models.count_params(model), model_config=model.config.to_dict())
+        recorder = _Recorder(rank, config, keep, step_rows) if k == 0 and folder is not None else None
+        try:
+            outcome = train(worker, job.loop, model, task, recorder.step if recorder else (lambda r: None))
+        except (torch.OutOfMemoryError, RuntimeError) as e:
+            raise out_of_memory(e, job.loop, job.seq_len) or e
+        del model
+        curves.append([r.loss for r in outcome.steps])
+        first = first or outcome
+        if outcome.status != "complete":
+            break
+    return first, config, curves
+
+
+def _summary(result: LoopResult, config: TrainConfig, job: TrainJob, world: int, peak: flops.Peak) -> TrainSummary:
+    summary = flops.summarize([_row(r, world) for r in result.steps], result.window_s, world,
+                              flops.dims_of(config.model_config), job.loop.global_batch, job.seq_len,
+                              job.loop.activation_checkpointing, peak)
     stop = None
     if result.status == "nan":
-        stop = f"loss became {curves[0][-1]} at step {len(curves[0])}"
-    summary = replace(summary, peak_memory_bytes=memory, peak_memory_kind=kind, status=result.status,
-                      stop_reason=stop)
-    folder.record(**{job.section: replace(getattr(folder.run, job.section), summary=summary,
-                                          repeat_losses=curves[1:])})
-    rank.say(display.summary(summary))
+        stop = f"loss became {result.steps[-1].loss} at step {len(result.steps)}"
+    return replace(summary, status=result.status, stop_reason=stop)
 
 
 @contextmanager
@@ -125,18 +140,18 @@ def _row(r: StepResult, world: int) -> StepRow:
 class _Recorder:
     """Rank 0's per-step duties: the progress line and the run folder rows, as they arrive."""
 
-    def __init__(self, rank: Rank, config: TrainConfig, section: str) -> None:
+    def __init__(self, rank: Rank, config: TrainConfig, keep: Keep, step_rows: bool) -> None:
         self.folder: RunFolder = rank.folder
         self.world = rank.worker.world_size
         self.display = display.ProgressLine(config.steps, self.world)
         self.train = Train(config=config)
-        self.steps_table = section == "train"  # the canary keeps its losses, not a second step table
-        self.folder.record(**{section: self.train})
+        self.step_rows = step_rows
+        keep(self.folder, self.train)
         rank.say(display.header(config, rank.env))
 
     def step(self, r: StepResult) -> None:
         self.display.update(r)
         self.train.losses.append(r.loss)
-        if self.steps_table:
+        if self.step_rows:
             # At most one run-folder write a second, so recording never slows the steps it times.
             self.folder.append("train_steps", _row(r, self.world), min_interval_s=1.0)

@@ -1,4 +1,5 @@
-"""The sweep: every op x every size, timed, checked, one CommRow out per size."""
+"""The comm sweep on every rank: every op x every size of a resolved CommPlan, timed, checked,
+one CommRow per size, printed and recorded by rank 0 as it arrives."""
 
 from __future__ import annotations
 
@@ -12,43 +13,48 @@ import torch
 
 from clusterbench import faults
 from clusterbench.analyse.links import network_line
-from clusterbench.comm import options, scopes, table
-from clusterbench.comm.algos import NATIVE, implements, variant
-from clusterbench.comm.ops import OPS, Ctx, InPlace, Op
+from clusterbench.collectives import NATIVE, InPlace, implements
+from clusterbench.comm import groups, scopes, table
+from clusterbench.comm.algos import variant
+from clusterbench.comm.ops import OPS, Ctx, Op
 from clusterbench.comm.pairwise import run_pairwise
+from clusterbench.comm.plan import CommPlan
 from clusterbench.comm.scopes import Team
 from clusterbench.comm.sizes import count_for
 from clusterbench.comm.timing import RankReducer, time_op
 from clusterbench.comm.values import Values, dtype_named
-from clusterbench.dist import Worker, is_out_of_memory, synchronize
-from clusterbench.errors import UsageError
+from clusterbench.devices import synchronize
+from clusterbench.dist import Worker
+from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.rank import Progress, Rank
 from clusterbench.results.schema import CommOptions, CommRow
 
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:
     dtype = dtype_named(opts.dtype)
-    reduce_op = opts.reduce_op if op.reduces else None
+    reduce_op = opts.reduce_op if op.facts.reduces else None
     n = len(team.ranks)
+    in_place = op.facts.in_place
     return Ctx(
         rank=team.rank_of(worker.rank), n=n, count=count, dtype=dtype, device=worker.device,
         root=opts.root, reduce_op=opts.reduce_op,
-        in_place=op.in_place is InPlace.ALWAYS or (opts.in_place and op.in_place is InPlace.OPTIONAL),
+        in_place=in_place is InPlace.ALWAYS or (opts.in_place and in_place is InPlace.OPTIONAL),
         values=Values(dtype, worker.device, reduce_op, n, zeros),
         group=team.group, members=team.ranks if team.group is not None else (),
     )
 
 
-def probe(worker: Worker, opts: CommOptions, team: Team) -> None:
+def probe(worker: Worker, plan: CommPlan, team: Team) -> None:
     """Run each op once on a few elements: the backend refuses unsupported dtypes/reductions here."""
-    for name in options.op_names(opts):
+    opts = plan.options
+    for name in plan.ops:
         op = OPS[name]
-        ctx = _ctx(op, worker, opts, op.granularity(worker.world_size), False, team)
+        ctx = _ctx(op, worker, opts, op.facts.granularity(worker.world_size), False, team)
         try:
             op.run(ctx, op.buffers(ctx))
             synchronize(worker.device)
         except (RuntimeError, ValueError, TypeError) as e:
-            what = f"{opts.dtype} with reduce op {opts.reduce_op}" if op.reduces else opts.dtype
+            what = f"{opts.dtype} with reduce op {opts.reduce_op}" if op.facts.reduces else opts.dtype
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UsageError(f"backend {worker.backend} cannot run {name} on {what}: {reason}") from None
 
@@ -58,7 +64,7 @@ def check(op: Op, ctx: Ctx) -> int:
     bufs = op.buffers(ctx)
     op.run(ctx, bufs)
     synchronize(ctx.device)
-    want = op.expected(ctx)
+    want = op.expected(ctx, bufs)
     if want is None:
         return 0
     faults.corrupt(op.name, ctx.rank, bufs["out"])
@@ -67,7 +73,7 @@ def check(op: Op, ctx: Ctx) -> int:
 
 def counts_for(op: Op, opts: CommOptions, sizes: list[int], world_size: int) -> list[int]:
     elem = dtype_named(opts.dtype).itemsize
-    gran = op.granularity(world_size)
+    gran = op.facts.granularity(world_size)
     return sorted({count_for(s, elem, gran) for s in sizes})
 
 
@@ -77,18 +83,19 @@ def _bookkeeping(team: Team) -> Any:
     return None if team.nccl_algo else team.group
 
 
-def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team, algo: str = NATIVE) -> CommRow:
+def measure(op: Op, worker: Worker, plan: CommPlan, count: int, team: Team, algo: str = NATIVE) -> CommRow:
     """Time one op at one element count within a team, then check it; identical on the team's ranks."""
+    opts = plan.options
     ctx = _ctx(op, worker, opts, count, True, team)
     n = ctx.n
     bufs = op.buffers(ctx)
     reducer = RankReducer(
         opts.rank_time, worker.device,
-        active_ranks=sum(op.active(r, n) for r in range(n)), active=op.active(ctx.rank, n), group=_bookkeeping(team),
+        active_ranks=sum(op.facts.active(r, n) for r in range(n)), active=op.facts.active(ctx.rank, n),
+        group=_bookkeeping(team),
     )
-    mode = options.timing(opts, worker.device.type)
     stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup,
-                    opts.time_budget_s, mode)
+                    opts.time_budget_s, plan.timing)
     del bufs  # free the timing buffers before the check allocates its own
     wrong = 0
     if opts.check:
@@ -101,30 +108,31 @@ def measure(op: Op, worker: Worker, opts: CommOptions, count: int, team: Team, a
         op=op.name, size_bytes=size, count=count, dtype=opts.dtype, world_size=n,
         in_place=ctx.in_place, duration_us=stats.mean_s * 1e6,
         throughput_gbps=algbw * 8 / 1e9,
-        busbw_gbps=algbw * op.busbw_factor(n) * 8 / 1e9 if n > 1 else 0.0,
+        busbw_gbps=algbw * op.facts.busbw_factor(n) * 8 / 1e9 if n > 1 else 0.0,
         wrong=wrong, iters=stats.iters, p50_us=stats.p50_s * 1e6, p99_us=stats.p99_s * 1e6,
         min_us=stats.min_s * 1e6, max_us=stats.max_s * 1e6, cv=stats.cv,
-        reduce_op=opts.reduce_op if op.reduces else None,
-        root=opts.root if op.rooted else None,
-        scope=team.scope, team=team.name, nodes=team.nodes, timing=mode, algo=algo,
+        reduce_op=opts.reduce_op if op.facts.reduces else None,
+        root=opts.root if op.facts.rooted else None,
+        scope=team.scope, team=team.name, nodes=team.nodes, timing=plan.timing, algo=algo,
     )
 
 
-def sweep(worker: Worker, opts: CommOptions, sizes: list[int], team: Team,
-          progress: Progress) -> Iterator[tuple[Op, CommRow]]:
+def team_rows(worker: Worker, plan: CommPlan, sizes: list[int], team: Team,
+              progress: Progress) -> Iterator[tuple[Op, CommRow]]:
+    """Every op (and algorithm) at every size within one team, as each is measured."""
     n = len(team.ranks)
-    plan = [(variant(name, algo), _algo_team(team, algo), algo, count) for name in options.op_names(opts)
-            for algo in _algos(opts, team) if implements(algo, name)
-            for count in counts_for(OPS[name], opts, sizes, n)]
-    for i, (op, where_team, algo, count) in enumerate(plan, 1):
+    steps = [(variant(name, algo), _algo_team(team, algo), algo, count) for name in plan.ops
+             for algo in _algos(plan.options, team) if implements(algo, name)
+             for count in counts_for(OPS[name], plan.options, sizes, n)]
+    for i, (op, where_team, algo, count) in enumerate(steps, 1):
         label = "" if where_team.scope == "global" else f" ({where_team.scope} {where_team.name})"
-        where = f"{op.name} {count * dtype_named(opts.dtype).itemsize} B{label}"
+        where = f"{op.name} {count * dtype_named(plan.options.dtype).itemsize} B{label}"
         progress.at(where)
         faults.at_step(worker.rank, i)
         if worker.is_main and sys.stderr.isatty():
-            print(f"\r[{i}/{len(plan)}] {where} ...", end="", file=sys.stderr, flush=True)
+            print(f"\r[{i}/{len(steps)}] {where} ...", end="", file=sys.stderr, flush=True)
         try:
-            row = measure(op, worker, opts, count, where_team, algo)
+            row = measure(op, worker, plan, count, where_team, algo)
         except (torch.OutOfMemoryError, RuntimeError) as e:
             if not is_out_of_memory(e):
                 raise
@@ -188,31 +196,29 @@ def _team_label(row: CommRow) -> str:
     return f"{row.scope}: {row.team}, {row.world_size} ranks on {row.nodes} node{'s' * (row.nodes > 1)}"
 
 
-def run_comm(rank: Rank, opts: CommOptions) -> None:
+def sweep(rank: Rank, plan: CommPlan) -> None:
     """The benchmark on every rank; rank 0 prints and records each row as it arrives."""
-    worker, folder = rank.worker, rank.folder
+    worker, folder, opts = rank.worker, rank.folder, plan.options
     if folder is not None:
         folder.record(comm_options=opts)
     if opts.pattern == "pairwise":
         run_pairwise(rank, opts)
         return
-    sizes = options.sizes(opts, worker.device.type)
-    if options.fits_device_memory(opts, worker.device.type):
-        sizes = fit_to_memory(worker, sizes)
+    sizes = fit_to_memory(worker, list(plan.sizes)) if plan.fit_memory else list(plan.sizes)
     whole = scopes.whole_job(list(worker.members))
-    probe(worker, opts, whole)
+    probe(worker, plan, whole)
     rank.say(f"# clusterbench comm: {worker.world_size} ranks on {whole.nodes} node(s), "
              f"backend {worker.backend}, device {rank.env.devices[0]}, {opts.dtype}")
     printer = _Printer(rank, opts)
-    for scope in options.scope_names(opts):
+    for scope in plan.scopes:
         phases, why_not = (scopes.algo_phases(list(worker.members), opts.nccl_algos), None) if scope == "algo" \
             else scopes.plan(scope, list(worker.members))
         if why_not:
             rank.say(f"# {scope}: skipped: {why_not}")
-        _check_root(opts, phases)
-        for phase in scopes.with_groups(phases):
-            with scopes.nccl_algo(phase.teams[0].nccl_algo):  # and for a communicator set up on first use
-                _run_phase(rank, opts, sizes, phase, printer)
+        _check_root(plan, phases)
+        for phase in groups.with_groups(phases):
+            with groups.nccl_algo(phase.teams[0].nccl_algo):  # and for a communicator set up on first use
+                _run_phase(rank, plan, sizes, phase, printer)
             if phase.teams[0].nccl_algo:  # each forced algorithm's communicator goes with its phase
                 torch.distributed.destroy_process_group(phase.teams[0].group)
         printer.close()
@@ -220,9 +226,10 @@ def run_comm(rank: Rank, opts: CommOptions) -> None:
             _scope_summary(rank, opts, scope, sum(len(p.teams) for p in phases))
 
 
-def _check_root(opts: CommOptions, phases: list[scopes.Phase]) -> None:
+def _check_root(plan: CommPlan, phases: list[scopes.Phase]) -> None:
     """--root is a rank within each team: every team must have it (the same check on every rank)."""
-    if not any(OPS[name].rooted for name in options.op_names(opts)):
+    opts = plan.options
+    if not any(OPS[name].facts.rooted for name in plan.ops):
         return
     for phase in phases:
         for team in phase.teams:
@@ -243,14 +250,14 @@ def _scope_summary(rank: Rank, opts: CommOptions, scope: str, teams: int) -> Non
             rank.say(line)
 
 
-def _run_phase(rank: Rank, opts: CommOptions, sizes: list[int], phase: scopes.Phase, printer: _Printer) -> None:
+def _run_phase(rank: Rank, plan: CommPlan, sizes: list[int], phase: scopes.Phase, printer: _Printer) -> None:
     """Every team of the phase sweeps at once; rank 0 shows its own team's rows live and the
     others' when the phase ends (every rank waits there, so phases never overlap)."""
     worker, folder = rank.worker, rank.folder
     team = phase.team_of(worker.rank)
     mine: list[CommRow] = []
     if team is not None:
-        for _, row in sweep(worker, opts, sizes, team, rank.progress):
+        for _, row in team_rows(worker, plan, sizes, team, rank.progress):
             if team.rank_of(worker.rank) == 0:
                 mine.append(row)
             if folder is not None:

@@ -1,0 +1,142 @@
+"""The three kinds of command, declared without starting anything: a command is its options and its work.
+
+`RankCommand` runs its work on every rank (spawned here, or joined under torchrun, srun or
+mpirun), through the harness (clusterbench.harness, which cli loads only for such a command);
+`LocalCommand` measures in this process and keeps a run folder (the hardware picture, peaks);
+`ToolCommand` reads and writes files only (report, compare). Declaring one imports no torch, so
+a command that only reads run folders starts fast. Adding a command is one module that builds
+one of these, and one line in cli.COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterbench import args as argtypes
+from clusterbench.errors import EXIT_OK
+from clusterbench.results.folder import RunFolder, announce, claim, default_run_dir
+from clusterbench.results.schema import Run
+from clusterbench.shape import JobShape
+from clusterbench.telemetry.sampler import DEFAULT_HZ, MAX_HZ
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where and how the ranks run."""
+
+    nproc: int | None = None  # None: the GPU count, else 2
+    backend: str = "auto"
+    device: str | None = None
+    timeout: float = 300.0
+    out: Path | None = None
+    overwrite: bool = False
+    master_addr: str | None = None
+    master_port: int | None = None
+    iface: str | None = None
+    launcher: str = "local"
+    ray_address: str | None = None
+    telemetry_hz: float = DEFAULT_HZ
+
+
+def add_launch_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("launch")
+    g.add_argument("--nproc", type=argtypes.whole(1),
+                   help="ranks to start (default: the GPU count, the Ray cluster's with --launcher ray, else 2)")
+    g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
+    g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    g.add_argument("--timeout", type=argtypes.real(0.0),
+                   help="seconds the rendezvous, any collective, and an idle rank's wait for a scope's "
+                        "phase may take (default 300)")
+    g.add_argument("--master-addr", dest="master_addr",
+                   help="under srun/mpirun: rank 0's host (default: MASTER_ADDR, else what the launcher tells)")
+    g.add_argument("--master-port", dest="master_port", type=argtypes.whole(1, 65535),
+                   help="under srun/mpirun: the rendezvous port (default: MASTER_PORT, else derived from the job id)")
+    g.add_argument("--iface", help="network interface between hosts (sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)")
+    g.add_argument("--launcher", choices=("local", "ray"),
+                   help="local: spawn --nproc ranks here (default); ray: one Ray actor per rank, placed by Ray")
+    g.add_argument("--ray-address", dest="ray_address",
+                   help="with --launcher ray: the cluster to join (default: RAY_ADDRESS, else a new local Ray)")
+    g.add_argument("--telemetry-hz", dest="telemetry_hz", metavar="HZ",
+                   type=argtypes.real(0.0, strict=False, maximum=MAX_HZ),
+                   help=f"device telemetry samples per second while the stages run; 0: off (default {DEFAULT_HZ:g})")
+    add_out_argument(g)
+
+
+def add_out_argument(p: Any) -> None:
+    p.add_argument("--out", type=Path, help="run folder (default runs/<UTC time>-<command>)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run an existing --out folder holds")
+
+
+@dataclass(frozen=True)
+class _Named:
+    """What every command has: its name, the line its help gives, and its own options."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+
+
+@dataclass(frozen=True)
+class RankCommand(_Named):
+    """A command whose work runs on every rank of a process group."""
+
+    prepare: Callable[[argparse.Namespace, JobShape], Any]  # typed options, resolved and refused for this job
+    work: Callable[[Any, Any], None]  # every rank: work(rank, what prepare returned)
+    # After the ranks, on the process that owns the run folder: conclude(run, options, run folder)
+    # judges the run as rank 0 left it and returns an exit code; the harness saves the run after.
+    conclude: Callable[[Run, Any, Path], int] | None = None
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        self.add_arguments(p)
+        add_launch_arguments(p)
+
+
+def _stdout_is_results(options: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class LocalCommand(_Named):
+    """A command that measures in this process and keeps what it found in a run folder."""
+
+    prepare: Callable[[argparse.Namespace], Any]
+    work: Callable[[RunFolder, Any], None]
+    results_to_stderr: Callable[[Any], bool] = _stdout_is_results  # when stdout is data
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        self.add_arguments(p)
+        add_out_argument(p)
+
+    def main(self, args: argparse.Namespace) -> int:
+        options = self.prepare(args)
+        out = claim(getattr(args, "out", None) or default_run_dir(self.name), getattr(args, "overwrite", False))
+        folder = RunFolder(out, self.name, sys.argv)
+        try:
+            self.work(folder, options)
+        except BaseException as e:
+            folder.finish_failed(e)
+            raise
+        folder.finish("complete")
+        announce(folder.path, sys.stderr if self.results_to_stderr(options) else sys.stdout)
+        return EXIT_OK
+
+
+@dataclass(frozen=True)
+class ToolCommand(_Named):
+    """A command that reads run folders and other documents, and measures nothing."""
+
+    run: Callable[[argparse.Namespace], int]
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        self.add_arguments(p)
+
+    def main(self, args: argparse.Namespace) -> int:
+        return self.run(args)
+
+
+Command = RankCommand | LocalCommand | ToolCommand

@@ -1,0 +1,53 @@
+"""A stage that is also a command of its own (`clusterbench comm`, `clusterbench train`): the same
+options, resolve and work as in `run`, and its conclusion; then what systems like this one
+measure, printed and kept, and an exit code from the stage's own checks (any FAIL is exit 1,
+naming the check)."""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from clusterbench import args as argtypes
+from clusterbench.analyse import expected
+from clusterbench.analyse.rules import default_rules
+from clusterbench.analyse.verdicts import judge
+from clusterbench.command import RankCommand
+from clusterbench.errors import EXIT_OK, RunFailed, UsageError
+from clusterbench.registry import STAGES, metrics_of
+from clusterbench.results.schema import Run
+from clusterbench.shape import JobShape
+from clusterbench.stages.stage import Context, NotRun, Stage
+
+
+def prepare(stage: Stage, args: argparse.Namespace, shape: JobShape) -> Any:
+    given = argtypes.given(args, stage.options)
+    try:
+        return stage.resolve(stage.options(**given), Context(shape, frozenset(given)))
+    except NotRun as e:
+        raise UsageError(e.reason or f"the {stage.name} stage has nothing to run here") from None
+
+
+def conclude(stage: Stage, run: Run, plan: Any, run_dir: Path) -> int:
+    stage.conclude(run, plan)
+    metrics = metrics_of(run)
+    expected.attach(run, metrics, expected.tables([]), {})
+    for line in expected.lines(run, metrics):
+        print(line, flush=True)
+    rules = [r for r in default_rules() if r.name in stage.checks]
+    if len(rules) != len(stage.checks):  # a renamed default rule must not let failures pass
+        raise LookupError(f"default_rules.yaml lacks one of the checks {stage.checks}")
+    for v in judge(metrics, run.expected, rules):
+        if v.status == "FAIL":
+            raise RunFailed(f"{v.check} FAIL: {v.detail}")
+    return EXIT_OK
+
+
+def command(stage: Stage) -> RankCommand:
+    return RankCommand(stage.name, stage.command or stage.name, stage.add_arguments, partial(prepare, stage),
+                       stage.work, partial(conclude, stage))
+
+
+COMMANDS = tuple(command(stage) for stage in STAGES if stage.command)

@@ -1,0 +1,90 @@
+"""The stages of `run`, in the order they run: a new stage is one module in stages/ and one line here.
+
+Everything that walks the stages walks STAGES: `run` and the single-stage commands, the metrics
+of a run, and the sections of its report (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clusterbench.analyse import verdicts
+from clusterbench.analyse.metrics import Metrics, run_wide
+from clusterbench.analyse.rules import Rule
+from clusterbench.errors import UsageError
+from clusterbench.report import html
+from clusterbench.report.blocks import Part
+from clusterbench.report.expected import expected_section
+from clusterbench.results.documents import write_text
+from clusterbench.results.folder import load_run
+from clusterbench.results.schema import Run, Verdict
+from clusterbench.stages import canary, comm, hardware, peaks, train
+from clusterbench.stages.stage import Stage
+
+STAGES: tuple[Stage, ...] = (
+    hardware.STAGE,
+    peaks.STAGE,
+    comm.STAGE,
+    canary.STAGE,
+    train.STAGE,
+)
+
+
+def named(name: str) -> Stage:
+    for stage in STAGES:
+        if stage.name == name:
+            return stage
+    raise UsageError(f"no stage {name!r}: the stages are {', '.join(s.name for s in STAGES)}")
+
+
+def metrics_of(run: Run) -> Metrics:
+    """Every metric this run holds, with its notes and the reasons for those it lacks."""
+    m = Metrics()
+    for stage in STAGES:
+        if not stage.ran(run):
+            m.not_run[stage.name] = f"the {stage.name} stage did not run"
+        stage.metrics(run, m)
+    run_wide(run, m)
+    return m
+
+
+def judge(run: Run, rules: list[Rule] | None = None, metrics: Metrics | None = None) -> list[Verdict]:
+    """The run judged now by the rules (the default ones unless given)."""
+    return verdicts.judge(metrics or metrics_of(run), run.expected, rules)
+
+
+def report_parts(run: Run, metrics: Metrics, run_dir: Path | None = None) -> list[Part]:
+    """The report's sections after the verdicts: the expected figures, each stage's, then the telemetry
+    (plotted from run_dir's telemetry.csv when there is one)."""
+    from clusterbench.report import telemetry  # matplotlib: only where a report is rendered
+
+    parts = [Part("expected", "Expected", expected_section(run, metrics))] \
+        if run.expected or run.expected_note else []
+    parts += [part for stage in STAGES for part in stage.report(run, metrics)]
+    if run.telemetry:
+        parts.append(Part("telemetry", "Telemetry", telemetry.telemetry_section(run, run_dir),
+                          telemetry.plot_count(run)))
+    return parts
+
+
+def page(run: Run, run_dir: Path | None = None) -> str:
+    """The report of a run (run_dir: where its telemetry.csv may lie)."""
+    metrics = metrics_of(run)
+    # run.json's own verdicts (`clusterbench run` keeps them), else the default checks judged now
+    return html.page(run, run.verdicts or judge(run, metrics=metrics), report_parts(run, metrics, run_dir))
+
+
+def expected_plots(run: Run, run_dir: Path | None = None) -> int:
+    """How many plots the report of this run holds, each section counting from the data it draws."""
+    return sum(part.plots for part in report_parts(run, metrics_of(run), run_dir))
+
+
+def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
+    """Write <run_dir>/report.html from the run (read from <run_dir>/run.json unless given).
+
+    Raises UsageError (from load_run) for a missing, half-written or unreadable run folder.
+    """
+    run = run if run is not None else load_run(run_dir)
+    folder = Path(run_dir)
+    folder = folder if folder.is_dir() else folder.parent
+    return write_text(folder / html.REPORT_NAME, page(run, folder), "report")

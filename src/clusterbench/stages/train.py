@@ -1,0 +1,68 @@
+"""The train stage: the fine-tuning benchmark with its loss alignment (docs/methodology.md §4, §5),
+also `clusterbench train`. The numerics canary (stages/canary.py) runs the same way into its own
+section."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clusterbench.analyse import train as train_metrics
+from clusterbench.analyse.metrics import Metrics
+from clusterbench.report.blocks import Part
+from clusterbench.results.folder import RunFolder
+from clusterbench.results.schema import Run, Train
+from clusterbench.stages.stage import Context, Stage
+from clusterbench.train import options
+
+if TYPE_CHECKING:
+    from clusterbench.rank import Rank
+    from clusterbench.train.job import TrainJob
+    from clusterbench.train.measure import Keep
+
+
+def resolve(opts: options.TrainOptions, context: Context) -> TrainJob:
+    from clusterbench.train import job  # torch and transformers: only once a run resolves its stages
+
+    return job.build(opts, context.shape.device_type, context.shape.world_size)
+
+
+def fine_tune(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
+    """A fine-tuning task on every rank, its record kept by `keep` in its stage's section."""
+    from clusterbench.train.measure import measure  # torch: only on the ranks
+
+    measure(rank, job, keep, step_rows)
+
+
+def task_parts(train: Train | None, anchor: str, nav: str, title: str, lead: str = "") -> list[Part]:
+    """A fine-tuning task's section of the report, when run.json has one."""
+    from clusterbench.report import train as section  # matplotlib: only where a report is rendered
+
+    if train is None:
+        return []
+    return [Part(anchor, nav, section.train_section(train, anchor, title, lead), section.plot_count(train))]
+
+
+def _keep(folder: RunFolder, record: Train) -> None:
+    folder.record(train=record)
+
+
+def work(rank: Rank, job: TrainJob) -> None:
+    fine_tune(rank, job, _keep, step_rows=True)
+
+
+def report(run: Run, metrics: Metrics) -> list[Part]:
+    return task_parts(run.train, "train", "Fine-tuning", "Fine-tuning")
+
+
+def conclude(run: Run, job: TrainJob) -> None:
+    from clusterbench.train.job import judge, save_reference
+
+    judge(run.train, job)
+    save_reference(run, job)
+
+
+STAGE = Stage(
+    name="train", options=options.TrainOptions, resolve=resolve, work=work, fills=("train", "train_steps"),
+    add_arguments=options.add_arguments, metrics=train_metrics.metrics, report=report, conclude=conclude,
+    command="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment", checks=("training", "loss alignment"),
+)
