@@ -2,13 +2,13 @@
 
 Version 4 (this one) against version 3: the alpha-beta model's section is `cost_model` (version 3
 called it `model`, beside the fine-tuned model's own fields), and `extra` holds the sections of
-stages the schema does not name (docs/architecture.md). Version 3 against version 2: each `expected` figure is a record that says where it
-comes from (version 2 kept a bare number, given with --expect-busbw), and the new `expected_note`,
-`canary`, `telemetry` and each rank's CPUs and NUMA nodes, which older folders lack and read as
-empty. Version 2 against 1: a
-"kind" key, a GPU's PCIe fields grouped under "pcie", `expected` figures, a train section's
-`reference_note` and summary `stop_reason`, verdicts that may be SKIP (not judged), and strict
-JSON (a NaN loss is null). Older folders are read through `upgrade_v1`, `upgrade_v2` and `upgrade_v3`.
+stages the schema does not name (docs/architecture.md). Version 3 against version 2: each
+`expected` figure is a record that says where it comes from (version 2 kept a bare number, given
+with --expect-busbw), and the new `expected_note`, `canary`, `telemetry` and each rank's CPUs and
+NUMA nodes, which older folders lack and read as empty. Version 2 against 1: a "kind" key, a GPU's
+PCIe fields grouped under "pcie", `expected` figures, a train section's `reference_note` and
+summary `stop_reason`, verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is
+null). Older folders are read through `upgrade_v1`, `upgrade_v2` and `upgrade_v3`.
 """
 
 from __future__ import annotations
