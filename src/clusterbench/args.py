@@ -86,9 +86,10 @@ class Prefixed:
 
     def add_argument(self, *flags: str, **kwargs: Any) -> None:
         long = [f for f in flags if f.startswith("--")]
-        dest = kwargs.pop("dest", None) or long[0][2:].replace("-", "_")
+        name = long[0][2:].replace("-", "_")
+        dest = kwargs.pop("dest", None) or name
         if kwargs.get("action") in _VALUE_ACTIONS and "choices" not in kwargs:
-            kwargs.setdefault("metavar", long[0][2:].replace("-", "_").upper())
+            kwargs.setdefault("metavar", name.upper())
         self.group.add_argument(*(f"--{self.prefix}.{f[2:]}" for f in long), dest=f"{self.prefix}.{dest}", **kwargs)
 
     def add_argument_group(self, *args: Any, **kwargs: Any) -> Prefixed:

@@ -11,7 +11,6 @@ from pathlib import Path
 from clusterbench.analyse import verdicts
 from clusterbench.analyse.metrics import Metrics, run_wide
 from clusterbench.analyse.rules import Rule
-from clusterbench.errors import UsageError
 from clusterbench.report import html
 from clusterbench.report.blocks import Part
 from clusterbench.report.expected import expected_section
@@ -28,13 +27,6 @@ STAGES: tuple[Stage, ...] = (
     canary.STAGE,
     train.STAGE,
 )
-
-
-def named(name: str) -> Stage:
-    for stage in STAGES:
-        if stage.name == name:
-            return stage
-    raise UsageError(f"no stage {name!r}: the stages are {', '.join(s.name for s in STAGES)}")
 
 
 def metrics_of(run: Run) -> Metrics:
