@@ -110,13 +110,28 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_holdout_error_on_real_gloo_sweep(gloo_run: Path) -> None:
+def test_holdout_error_on_a_recorded_gloo_sweep() -> None:
+    # A real sweep recorded with 200 calls per size (tests/data/gloo-sweep/PROVENANCE.md): the bar is the
+    # model's. A live sweep on a shared 2-core VM puts 12-77 % of scheduler noise on it (§14), which the
+    # next test holds to being said rather than to being small.
     from clusterbench.results.folder import load_run
 
-    model = fit_run(load_run(gloo_run))
+    model = fit_run(load_run(Path(__file__).parent / "data" / "gloo-sweep"))
     assert {(v.op, v.link) for v in model.validation} == {("all_reduce", "intra"), ("all_gather", "intra")}
     for v in model.validation:
         assert v.median_error < HOLDOUT_LIMIT, v
+
+
+def test_a_live_sweep_is_fitted_within_the_bar_or_said_not_to_be(gloo_run: Path) -> None:
+    from clusterbench.results.folder import load_run
+
+    model = fit_run(load_run(gloo_run))
+    proc = run_cli("model", "fit", str(gloo_run))
+    assert proc.returncode == 0, proc.stderr
+    assert {(v.op, v.link) for v in model.validation} == {("all_reduce", "intra"), ("all_gather", "intra")}
+    for v in model.validation:
+        named = f"{v.op} ({v.link}): held-out error" in proc.stdout
+        assert named == (v.median_error > HOLDOUT_LIMIT), (v, proc.stdout)
 
 
 def test_a_bent_sweep_is_named(tmp_path: Path) -> None:
@@ -178,7 +193,7 @@ def test_report_section(gloo_run: Path) -> None:
 @pytest.mark.parametrize(("args", "needle"), [
     (("fit", "/nonexistent/run"), "no run found"),
     (("predict", "--intra", "nvlink9", "--nodes", "1", "--gpus-per-node", "8"), "unknown link class"),
-    (("predict", "--intra", "nvlink4", "--nodes", "0", "--gpus-per-node", "8"), "at least one node"),
+    (("predict", "--intra", "nvlink4", "--nodes", "0", "--gpus-per-node", "8"), "--nodes: must be at least 1"),
     (("predict", "--intra", "nvlink4", "--nodes", "2", "--gpus-per-node", "8"), "inter-node link class"),
     (("predict", "--nodes", "2"), "no intra-node link class"),
 ])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterbench.nccl.log import parse, parse_files
+from clusterbench.nccl.log import parse, read_files
 from clusterbench.results import codec
 from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclPeer, NcclRank, NcclRing
 
@@ -218,8 +218,8 @@ def test_rank_files_merge_into_one_set_of_facts(tmp_path: Path) -> None:
         path = tmp_path / f"nccl.{host}.1.log"
         path.write_text("\n".join(line for line in lines if host in line) + "\n")
         paths.append(path)
-    alone = [parse_files([p]) for p in paths]
-    merged = parse_files(paths)
+    alone = [read_files([p])[0] for p in paths]
+    merged, _ = read_files(paths)
     assert merged.hosts == ["tpgds-aihub0007", "tpgds-aihub0008"]
     assert {(r.comm_id, r.rank) for r in merged.ranks} == {(r.comm_id, r.rank) for f in alone for r in f.ranks}
     assert {p.via for p in merged.peers} == {p.via for f in alone for p in f.peers}

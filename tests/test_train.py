@@ -181,6 +181,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--seq-len", "2048"], "max_position_embeddings 1024"),
     (["--model-config", "{gpt2}", "--seq-len", "64"], "max_position_embeddings 32"),
     (["--save-reference", "/proc/clusterbench/ref.json"], "--save-reference"),
+    (["--save-reference", "{run_json}"], "would replace a file of the run"),
     (["--global-batch", "10", "--micro-batch", "4"], "multiple of 4 x 2 = 8"),
     (["--reference", "{missing}"], "--reference"),
     (["--reference", "tiny-cpu-float32", "--steps", "24"], "step count 100, this run has 24"),
@@ -190,7 +191,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--model-config", "{unknown}"], "unknown model_type 'warp-drive'"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
-    files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json"}
+    files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json", "run_json": tmp_path / "run" / "run.json"}
     args = [a.format(**files) for a in args]
     assert_one_line_error(train(tmp_path / "run", *args, "--peak-tflops", "1"), 2, needle)
 

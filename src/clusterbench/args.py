@@ -1,7 +1,9 @@
 """Typed command-line options: values checked as they are parsed, and "not given" kept apart from 0.
 
 Every numeric option takes its type and range from here, so a bad value is refused by
-argparse in one line before anything runs. Option parsers use `argparse.SUPPRESS` as the
+argparse in one line before anything runs: a whole number is at most INT64_MAX (what torch and
+every reader of run.json hold), a real number or a size is finite, and a list of names refuses an
+empty item ("a,,b" is a typo, not two names). Option parsers use `argparse.SUPPRESS` as the
 default, so a namespace holds only what the user typed; `given()` turns that into the
 keyword arguments of an options record, whose own defaults fill in the rest.
 """
@@ -20,19 +22,26 @@ _VALUE_ACTIONS = (None, "store", "append")  # the actions whose option takes a v
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
           "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+INT64_MAX = 2**63 - 1
+_SHOWN = 40  # characters of a bad value an error line repeats
 
 
-def whole(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
-    """A whole number of at least `minimum` (and at most `maximum`)."""
+def clipped(text: str) -> str:
+    """`text` as an error line repeats it: clipped, so that a line about a damaged value stays short."""
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
+def whole(minimum: int = 1, maximum: int = INT64_MAX) -> Callable[[str], int]:
+    """A whole number of at least `minimum` and at most `maximum`."""
     def parse(text: str) -> int:
         try:
             value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        except ValueError:  # also a number of more digits than Python converts
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {clipped(text)!r}") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {clipped(str(value))}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {clipped(str(value))}")
         return value
     return parse
 
@@ -43,26 +52,36 @@ def real(minimum: float = 0.0, strict: bool = True, maximum: float = math.inf) -
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a number, got {clipped(text)!r}") from None
         ok = math.isfinite(value) and (value > minimum if strict else value >= minimum) and value <= maximum
         if not ok:
             bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
             bound += f" and at most {maximum:g}" if maximum < math.inf else ""
-            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {clipped(text)!r}")
         return value
     return parse
 
 
 def size(text: str) -> int:
-    """'8', '256K', '64M', '1G' (binary units, like nccl-tests) -> bytes, at least 1."""
+    """'8', '256K', '64M', '1G' (binary units, like nccl-tests) -> bytes, 1 to INT64_MAX."""
     m = _SIZE.match(str(text))
     unit = m.group(2).upper() if m else None
     if not m or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a size (use e.g. 8, 256K, 64M, 1G)")
-    value = int(float(m.group(1)) * _UNITS[unit])
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"cannot read {clipped(text)!r} as a size (use e.g. 8, 256K, 64M, 1G)")
+    value = float(m.group(1)) * _UNITS[unit]
+    if not value < INT64_MAX:  # infinite too, where the digits are more than a float holds
+        raise argparse.ArgumentTypeError(f"must be at most {INT64_MAX} bytes, got {clipped(text)!r}")
+    if int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {clipped(text)!r}")
+    return int(value)
+
+
+def names(text: str, what: str) -> list[str]:
+    """A comma-separated list of names, each stripped; an empty one ("a,,b", "a,", "") is refused."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"an empty {what} in {clipped(text)!r}: separate names by single commas")
+    return items
 
 
 def auto_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -6,10 +6,10 @@ import argparse
 import os
 import sys
 
-from clusterbench import __version__
+from clusterbench import __version__, launchers
 from clusterbench.command import Command, RankCommand, ToolCommand
 from clusterbench.commands import align, baseline, compare, cost_model, diagnose, info, peak, report, run, stage
-from clusterbench.errors import EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError
+from clusterbench.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError, one_line
 
 COMMANDS: tuple[Command, ...] = (
     run.COMMAND,
@@ -25,10 +25,15 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+_LONGEST = 300  # characters of argparse's own message: an error stays one readable line
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad option is one line and exit 2, like every other error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if len(message) > _LONGEST:  # argparse repeats a bad value whole, however long
+            message = message[:_LONGEST] + "..."
         print(f"clusterbench: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(UsageError.exit_code)
 
@@ -66,10 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clusterbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `clusterbench ... | head`: the reader has gone, and Python would complain on exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except Exception as e:  # input no boundary caught is our bug, still said in one line
+        if os.environ.get("CLUSTERBENCH_DEBUG"):
+            raise
+        print(f"clusterbench: internal error: {one_line(e)} (a bug in clusterbench: please report it; "
+              "CLUSTERBENCH_DEBUG=1 shows where)", file=sys.stderr)
+        return EXIT_BUG
 
 
 def _run(command: Command, args: argparse.Namespace) -> int:
     if isinstance(command, RankCommand):
+        launchers.detect()  # a seat that cannot exist is refused before torch takes seconds to load
         from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
 
         return run_ranks(command, args)

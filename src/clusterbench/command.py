@@ -19,10 +19,16 @@ from typing import Any
 
 from clusterbench import args as argtypes
 from clusterbench.errors import EXIT_OK
+from clusterbench.hw.network import check_interface
+from clusterbench.launchers import MAX_WORLD_SIZE
 from clusterbench.results.folder import RunFolder, announce, claim, default_run_dir
 from clusterbench.results.schema import Run
 from clusterbench.shape import JobShape
 from clusterbench.telemetry.sampler import DEFAULT_HZ, MAX_HZ
+
+# --timeout's range: under a second not even a rank's start fits, and far above a week torch's
+# deadlines overflow and fail at once.
+TIMEOUT_S = (1.0, 7 * 86400.0)
 
 
 @dataclass(frozen=True)
@@ -42,21 +48,27 @@ class Launch:
     ray_address: str | None = None
     telemetry_hz: float = DEFAULT_HZ
 
+    def __post_init__(self) -> None:
+        # Ray puts ranks on hosts of its choosing: each checks its own (launch.run_rank).
+        if self.iface is not None and self.launcher != "ray":
+            check_interface(self.iface)
+
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
-    g.add_argument("--nproc", type=argtypes.whole(1),
+    g.add_argument("--nproc", type=argtypes.whole(1, MAX_WORLD_SIZE),
                    help="ranks to start (default: the GPU count, the Ray cluster's with --launcher ray, else 2)")
     g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
     g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    g.add_argument("--timeout", type=argtypes.real(0.0),
+    g.add_argument("--timeout", type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
                    help="seconds the rendezvous, any collective, and an idle rank's wait for a scope's "
-                        "phase may take (default 300)")
+                        f"phase may take ({TIMEOUT_S[0]:g} to {TIMEOUT_S[1]:g}; default 300)")
     g.add_argument("--master-addr", dest="master_addr",
                    help="under srun/mpirun: rank 0's host (default: MASTER_ADDR, else what the launcher tells)")
     g.add_argument("--master-port", dest="master_port", type=argtypes.whole(1, 65535),
                    help="under srun/mpirun: the rendezvous port (default: MASTER_PORT, else derived from the job id)")
-    g.add_argument("--iface", help="network interface between hosts (sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)")
+    g.add_argument("--iface", help="network interface between hosts, or names as NCCL_SOCKET_IFNAME takes them "
+                                   "(sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); one this host lacks is refused")
     g.add_argument("--launcher", choices=("local", "ray"),
                    help="local: spawn --nproc ranks here (default); ray: one Ray actor per rank, placed by Ray")
     g.add_argument("--ray-address", dest="ray_address",

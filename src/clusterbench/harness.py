@@ -29,6 +29,7 @@ from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupt
 from clusterbench.hw.topology import describe
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress, Rank
+from clusterbench.rendezvous import check_address
 from clusterbench.results import documents
 from clusterbench.results.folder import NCCL_LOGS, RunFolder, announce, claim, default_run_dir, load_run, save_run
 from clusterbench.results.schema import Run
@@ -129,6 +130,7 @@ def _joined(options: Launch) -> Joined | None:
     if joined.master_addr is None:
         raise UsageError(f"launched by {joined.launcher}: cannot tell rank 0's host; "
                          "set MASTER_ADDR or --master-addr")
+    check_address(joined.master_addr)  # before rank 0 claims (or, with --overwrite, empties) the run folder
     if joined.master_port is None:
         raise UsageError(f"launched by {joined.launcher}: no port to meet on; set MASTER_PORT or --master-port")
     return joined
@@ -188,11 +190,12 @@ def _finished_run(run_dir: Path, outcome: launch.Outcome) -> Run | None:
     if outcome.code != EXIT_OK:
         run.status = "interrupted" if outcome.code == EXIT_INTERRUPTED else "failed"
         run.error, run.finished_utc = outcome.message, run.finished_utc or documents.utc_stamp()
-    logs = sorted((run_dir / NCCL_LOGS).glob("*.log"))
-    if logs:
-        from clusterbench.nccl.log import parse_files
+    from clusterbench.nccl.jobs import read_folder
 
-        run.nccl = parse_files(logs)
+    try:
+        run.nccl = read_folder(run_dir / NCCL_LOGS, own=True)[0] or run.nccl
+    except UsageError:  # a log it cannot read, or unrelated jobs': `diagnose RUN_DIR` reads them again and says why
+        pass
     return run
 
 

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from clusterbench.dist import DistConfig, Worker, init
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
+from clusterbench.hw.network import check_interface
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress
 from clusterbench.rendezvous import Member, Rendezvous, waiting_text
@@ -70,12 +71,13 @@ class Seat:
 def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
     """Join, run the job on this rank, and turn every ending into an exit code and one line."""
     warnings.filterwarnings("ignore")
-    if job.iface:
-        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = job.iface
     if job.nccl_logs is not None:
         capture_nccl_log(job.nccl_logs)
     progress = Progress(seat.rank, rdzv)
     try:
+        if job.iface:
+            check_interface(job.iface)  # on this rank's host: where Ray put it, not where the driver runs
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = job.iface
         me = Member(seat.rank, socket.gethostname(), seat.local_rank, seat.node_index)
         members = rdzv.join(me, job.dist.timeout_s)
         worker = init(job.dist, seat.rank, seat.world_size, seat.local_rank, rdzv.group_store(), members)

@@ -1,10 +1,14 @@
 """Which launcher started this process, and what it says about our place in the job.
 
 Each launcher is one entry of LAUNCHERS: the variables that carry the rank, the world size,
-the local rank and the node, and how rank 0's address and a port follow from them. torchrun
-and a hand-set RANK/WORLD_SIZE come first because they also run inside srun and mpirun
-allocations; a Slurm batch script (SLURM_PROCID=0 but no step) and a one-task step (`srun
---pty bash`) are not launchers: there the user runs clusterbench by hand.
+the local rank, the ranks on this host and the node, and how rank 0's address and a port follow
+from them. torchrun and a hand-set RANK/WORLD_SIZE come first because they also run inside srun
+and mpirun allocations; a Slurm batch script (SLURM_PROCID=0 but no step) and a one-task step
+(`srun --pty bash`) are not launchers: there the user runs clusterbench by hand.
+
+What a launcher says is checked here, for every launcher alike, before any rank looks for
+another: a seat that cannot exist (a rank outside the world size, a world of no ranks) or a
+port that cannot be one would otherwise wait out the whole timeout for peers that never come.
 """
 
 from __future__ import annotations
@@ -16,11 +20,16 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from clusterbench.args import clipped
 from clusterbench.errors import UsageError
 
 # Ports derived from a job id fall in this range: above the well-known and registered ports
 # most services take, below Linux's default ephemeral range (32768+), so no client port holds one.
 PORT_BASE, PORT_SPAN = 15000, 15000
+# The most ranks a job may have: far above the largest jobs run, far below what makes the store's
+# bookkeeping (a key per rank) take longer than any timeout. A larger number is a damaged variable.
+MAX_WORLD_SIZE = 1 << 20
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -48,9 +57,10 @@ class Launcher:
     rank: str
     size: str
     local_rank: str
+    local_size: str | None  # the ranks on this host, when the launcher tells
     node: str | None
-    master: Callable[[Mapping[str, str]], str | None]  # rank 0's host, when the launcher tells
     port: Callable[[Mapping[str, str]], int | None]  # a port every rank derives alike
+    master: Callable[[Mapping[str, str]], str | None] = lambda env: None  # rank 0's host, when the launcher tells
     agent_store: Callable[[Mapping[str, str]], bool] = lambda env: False
 
 
@@ -58,57 +68,57 @@ def _derived_port(*parts: str | None) -> int | None:
     """A port every rank of one job computes alike from the launcher's job id (and step)."""
     if any(not p for p in parts):
         return None
-    # A numeric id as it is; another (a PMIx namespace "prterun-host-123@1") through a stable hash.
-    numbers = [int(p) if p.isdigit() else zlib.crc32(p.encode()) for p in parts]
+    # A numeric id as it is; another (a PMIx namespace "prterun-host-123@1", or a damaged one) through
+    # a stable hash.
+    numbers = [int(p) if re.fullmatch(r"[0-9]{1,18}", p) else zlib.crc32(os.fsencode(p)) for p in parts]
     return PORT_BASE + sum(n * 7919**i for i, n in enumerate(numbers)) % PORT_SPAN
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host lists: "gpu[01-03,07],login1" -> gpu01 gpu02 gpu03 gpu07 login1."""
+    """Slurm's compressed host lists: "gpu[01-03,07],login1" -> gpu01 gpu02 gpu03 gpu07 login1.
+    A range that is not numbers, or longer than any job, is a ValueError."""
     hosts: list[str] = []
     for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
         if plain:
             hosts.append(plain)
             continue
         for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            if not hi:
-                hosts.append(prefix + lo)
-                continue
+            span = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
+            if not span or int(span[2] or span[1]) - int(span[1]) > MAX_WORLD_SIZE:
+                raise ValueError(f"cannot read the host range [{ranges}]")
+            lo, hi = span[1], span[2] or span[1]
             hosts.extend(f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
     return hosts
 
 
 def _first_slurm_host(env: Mapping[str, str]) -> str | None:
-    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-    hosts = expand_hostlist(nodes) if nodes else []
+    key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None)
+    if key is None:
+        return None
+    try:
+        hosts = expand_hostlist(env[key])
+    except ValueError:
+        raise UsageError(f"srun set {key}={clipped(env[key])!r}, which is not a Slurm host list") from None
     return hosts[0] if hosts else None
 
 
-def _same_host_only(size: str, local_size: str) -> Callable[[Mapping[str, str]], str | None]:
-    # Every rank on this host: rank 0 is here, whatever the launcher knows of addresses.
-    return lambda env: "127.0.0.1" if env.get(size) and env.get(size) == env.get(local_size) else None
-
-
 LAUNCHERS = (
-    Launcher("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK",
-             master=lambda env: None, port=lambda env: None,
+    Launcher("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+             port=lambda env: None,
              agent_store=lambda env: env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"),
-    Launcher("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", None,
-             master=_same_host_only("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    Launcher("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+             "OMPI_COMM_WORLD_LOCAL_SIZE", None,
              port=lambda env: _derived_port(env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE"))),
-    Launcher("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", None,
-             master=_same_host_only("PMI_SIZE", "MPI_LOCALNRANKS"), port=lambda env: None),
-    Launcher("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
-             master=_first_slurm_host,
-             port=lambda env: _derived_port(env.get("SLURM_JOB_ID"), _slurm_step(env))),
+    Launcher("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None, port=lambda env: None),
+    Launcher("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID",
+             port=lambda env: _derived_port(env.get("SLURM_JOB_ID"), _slurm_step(env)), master=_first_slurm_host),
 )
 
 
 def _slurm_step(env: Mapping[str, str]) -> str | None:
     """The step id srun gives its tasks (older Slurm names it SLURM_STEPID); a batch script has none."""
     step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or ""
-    return step if step.isdigit() else None
+    return step if re.fullmatch(r"[0-9]+", step) else None
 
 
 def _is_slurm_job(env: Mapping[str, str]) -> bool:
@@ -117,15 +127,41 @@ def _is_slurm_job(env: Mapping[str, str]) -> bool:
     return _slurm_step(env) is not None and env.get("SLURM_NTASKS", "1") != "1"
 
 
-def _int(env: Mapping[str, str], key: str, launcher: str) -> int:
-    try:
-        return int(env[key])
-    except ValueError:
-        raise UsageError(f"{launcher} set {key}={env[key]!r}, which is not an integer") from None
+def _number(env: Mapping[str, str], key: str, launcher: str, low: int, high: int, what: str, against: str = "") -> int:
+    """The integer `key` holds, refused in one line naming it unless it is `low` to `high`."""
+    text = env[key].strip()
+    if not _INTEGER.fullmatch(text):
+        raise UsageError(f"{launcher} set {key}={clipped(env[key])!r}, which is not an integer")
+    # Past 18 digits a number is past every bound here (and, far past, more than int() will read).
+    if len(text.lstrip("+-0")) > 18 or not low <= int(text) <= high:
+        raise UsageError(f"{launcher} set {key}={clipped(text)}{against}: {what} is {low} to {high}")
+    return int(text)
+
+
+def _seat(env: Mapping[str, str], entry: Launcher, launcher: str) -> tuple[int, int, int, int | None]:
+    """The rank, world size, local rank and ranks on this host, each within what the others allow."""
+    size = _number(env, entry.size, launcher, 1, MAX_WORLD_SIZE, "a world size")
+    of_world = f" with {entry.size}={size}"
+    rank = _number(env, entry.rank, launcher, 0, size - 1, "a rank", of_world)
+    local_size = _number(env, entry.local_size, launcher, 1, size, "a host's rank count", of_world) \
+        if entry.local_size and entry.local_size in env else None
+    if entry.local_rank not in env:
+        return rank, size, 0, local_size
+    of_host = of_world if local_size is None else f" with {entry.local_size}={local_size}"
+    local_rank = _number(env, entry.local_rank, launcher, 0, (local_size or size) - 1, "a local rank", of_host)
+    return rank, size, local_rank, local_size
+
+
+def _port(env: Mapping[str, str], launcher: str) -> int | None:
+    """MASTER_PORT, where it is set (torchrun sets it; a user may under any launcher)."""
+    if not env.get("MASTER_PORT", "").strip():
+        return None
+    return _number(env, "MASTER_PORT", launcher, 1, 65535, "a port")
 
 
 def detect(env: Mapping[str, str] | None = None) -> Joined | None:
-    """The launcher that started this process, or None when it runs by hand (then it spawns its ranks)."""
+    """The launcher that started this process, or None when it runs by hand (then it spawns its ranks).
+    A seat or port that cannot work is a UsageError naming the variable."""
     env = os.environ if env is None else env
     for entry in LAUNCHERS:
         if entry.rank not in env or entry.size not in env:
@@ -134,14 +170,15 @@ def detect(env: Mapping[str, str] | None = None) -> Joined | None:
             _note_batch_script(env)
             return None
         name = entry.name if entry.name != "torchrun" or "TORCHELASTIC_RUN_ID" in env else "environment"
+        rank, size, local_rank, local_size = _seat(env, entry, name)
+        port = _port(env, name)
+        # Every rank on this host: rank 0 is here, whatever the launcher knows of addresses.
+        here = "127.0.0.1" if local_size == size else None
         return Joined(
-            launcher=name,
-            rank=_int(env, entry.rank, name),
-            world_size=_int(env, entry.size, name),
-            local_rank=_int(env, entry.local_rank, name) if entry.local_rank in env else 0,
+            launcher=name, rank=rank, world_size=size, local_rank=local_rank,
             node=env.get(entry.node) if entry.node else None,
-            master_addr=env.get("MASTER_ADDR") or entry.master(env),
-            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT", "").isdigit() else entry.port(env),
+            master_addr=env.get("MASTER_ADDR") or entry.master(env) or here,
+            master_port=entry.port(env) if port is None else port,
             agent_store=entry.agent_store(env),
             attempt=f"{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
             if name == "torchrun" else "",

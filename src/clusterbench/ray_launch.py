@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 from clusterbench import launch
+from clusterbench.args import clipped
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, UsageError, one_line
 from clusterbench.rendezvous import Rendezvous
 
@@ -92,8 +94,10 @@ def _connect(address: str | None) -> Any:
 def _check_reachable(address: str) -> None:
     """Ray retries an address that does not answer for many minutes: ask once, briefly."""
     host, _, port = address.rpartition(":")
-    if "://" in address or not port.isdigit():
+    if "://" in address or not re.fullmatch(r"[0-9]+", port):
         return  # a Ray Client address or "auto": Ray resolves those
+    if len(port) > 5 or not 1 <= int(port) <= 65535:
+        raise UsageError(f"the Ray address {clipped(address)!r}: a port is 1 to 65535")
     try:
         socket.create_connection((host, int(port)), timeout=10).close()
     except OSError as e:

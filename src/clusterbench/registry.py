@@ -59,11 +59,16 @@ def report_parts(run: Run, metrics: Metrics, run_dir: Path | None = None) -> lis
     return parts
 
 
+def shown_verdicts(run: Run, metrics: Metrics | None = None) -> list[Verdict]:
+    """The verdicts a report shows: run.json's own (`clusterbench run` keeps them), else the default checks
+    judged now."""
+    return run.verdicts or judge(run, metrics=metrics)
+
+
 def page(run: Run, run_dir: Path | None = None) -> str:
     """The report of a run (run_dir: where its telemetry.csv may lie)."""
     metrics = metrics_of(run)
-    # run.json's own verdicts (`clusterbench run` keeps them), else the default checks judged now
-    return html.page(run, run.verdicts or judge(run, metrics=metrics), report_parts(run, metrics, run_dir))
+    return html.page(run, shown_verdicts(run, metrics), report_parts(run, metrics, run_dir))
 
 
 def expected_plots(run: Run, run_dir: Path | None = None) -> int:

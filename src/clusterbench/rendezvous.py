@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import socket
 import time
 from dataclasses import asdict, dataclass, replace
 
 import torch.distributed as dist
 
-from clusterbench.errors import RunFailed
+from clusterbench.args import clipped
+from clusterbench.errors import RunFailed, UsageError
 from clusterbench.units import ranks_text
 
 POLL_S = 0.05
@@ -46,12 +48,13 @@ class Rendezvous:
     def open(cls, addr: str, port: int, world_size: int, timeout_s: float, server: bool,
              prefix: str = "clusterbench") -> Rendezvous:
         """Host the store (server) or reach it; a store nobody hosts is one line after the timeout."""
+        check_address(addr)
         try:
             store = dist.TCPStore(addr, port, None if server else world_size, is_master=server,
                                   timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
         except (RuntimeError, OSError) as e:
-            if server:
-                raise RunFailed(f"cannot open the rendezvous on port {port}: {str(e).splitlines()[0]}") from None
+            if server:  # a port taken, or not ours to open: the setup's fault (MASTER_PORT's), not the run's
+                raise UsageError(f"cannot open the rendezvous on port {port}: {str(e).splitlines()[0]}") from None
             raise RunFailed(f"the rendezvous at {addr}:{port} (rank 0's host) did not answer within "
                             f"{timeout_s:g} s: is rank 0 running, and MASTER_ADDR/MASTER_PORT right?") from None
         return cls(store, world_size, prefix)
@@ -114,6 +117,16 @@ class Rendezvous:
 
     def endings(self) -> dict[int, tuple[str, str]]:
         return {r: tuple(json.loads(text)) for r, text in self._present("end").items()}
+
+
+def check_address(addr: str) -> None:
+    """Refuse at once an address that does not resolve: the store would retry it for the whole timeout."""
+    try:
+        socket.getaddrinfo(addr, None)
+    except (OSError, ValueError) as e:  # ValueError: a name IDNA cannot encode (a label too long, or empty)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not a host name"
+        raise UsageError(f"rank 0's address {clipped(addr)!r} does not resolve ({why}): set MASTER_ADDR "
+                         "or --master-addr to a host every rank can reach") from None
 
 
 def named(members: list[Member]) -> list[Member]:

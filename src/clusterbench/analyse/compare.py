@@ -1,7 +1,11 @@
-"""Two sets of metrics side by side: both values, the ratio, and a verdict against a tolerance."""
+"""Two sets of metrics side by side: both values, the ratio, and a verdict against a tolerance.
+
+A value that is NaN or infinite was not measured: it compares as missing, never as a pass.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from clusterbench.analyse.metrics import is_per_size, kind_of
@@ -30,6 +34,7 @@ def compare(reference: dict[str, float], candidate: dict[str, float], tolerance:
 
 def _one(name: str, ref: float | None, cand: float | None, tolerance: float) -> Comparison:
     kind = kind_of(name)
+    ref, cand = _measured(ref), _measured(cand)
     if ref is None or cand is None:
         return Comparison(name, ref, cand, None, kind.better, "MISSING")
     ratio = cand / ref if ref else None
@@ -40,6 +45,10 @@ def _one(name: str, ref: float | None, cand: float | None, tolerance: float) -> 
     else:
         verdict = "FAIL" if cand > ref * (1 + tolerance) + kind.floor else "PASS"
     return Comparison(name, ref, cand, ratio, kind.better, verdict)
+
+
+def _measured(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def worse(rows: list[Comparison]) -> list[Comparison]:

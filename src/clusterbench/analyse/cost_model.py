@@ -4,12 +4,18 @@ Times span six decades from 8 B to 1 GiB, so an ordinary least-squares fit would
 largest sizes alone. The fit minimises relative error instead (weights 1/t^2), and is robust: each
 pass down-weights points whose relative residual is far off the others (Huber weights on a MAD
 scale), so a size hit by a scheduler stall does not bend the line.
+
+A fit on relative error does not depend on the units, so it runs on sizes and times scaled to at
+most 1, with weights scaled to at most 1: times of 1e-300 or 1e300 µs neither overflow nor divide
+by zero. A model whose figures still do not fit in a float (times spanning hundreds of decades)
+is refused in one line rather than stored.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,8 +27,10 @@ from clusterbench.units import human_bytes
 
 PREFERRED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")  # what the links are derived from
 HOLDOUT_BAR = 0.15  # a held-out median error above this: the sizes do not follow one line
+MAX_ERROR = 1e6  # a held-out error is kept up to this (100,000,000 %)
 _HUBER = 1.345  # the usual tuning constant: 95 % efficiency on clean normal errors
 _MAD = 1.4826  # MAD to a normal sigma
+_TINY = sys.float_info.min  # the least a predicted time is taken to be: relative errors divide by it
 
 
 @dataclass(frozen=True)
@@ -39,16 +47,30 @@ def fit_line(sizes: Sequence[float], times: Sequence[float], passes: int = 30) -
     """A robust fit of times (µs) against sizes (bytes) on relative error; alpha and beta kept >= 0."""
     if len(sizes) < 2 or len(set(sizes)) < 2:
         raise UsageError("an alpha-beta fit needs at least two message sizes")
-    weights = [1 / t**2 for t in times]
+    if not all(math.isfinite(v) and v > 0 for v in (*sizes, *times)):
+        raise UsageError("an alpha-beta fit needs sizes and times that are positive finite numbers")
+    size_unit, time_unit = max(sizes), max(times)
+    x = [s / size_unit for s in sizes]
+    y = [t / time_unit for t in times]
+    if min(y) == 0:  # the fastest is more than 300 decades below the slowest
+        raise UsageError(f"an alpha-beta fit of times from {min(times):.3g} to {time_unit:.3g} µs: no measurement "
+                         "spans that many decades")
+    weights = _relative([1.0] * len(y), y)
     alpha = beta = 0.0
     for _ in range(passes):
-        alpha, beta = _weighted_line(sizes, times, weights)
-        predicted = [max(alpha + beta * s, 1e-12) for s in sizes]
-        residuals = [(t - p) / p for t, p in zip(times, predicted)]
+        alpha, beta = _weighted_line(x, y, weights)
+        predicted = [max(alpha + beta * v, _TINY) for v in x]
+        residuals = [(t - p) / p for t, p in zip(y, predicted)]
         scale = _MAD * statistics.median(abs(r) for r in residuals) or 1e-12
-        weights = [min(1.0, _HUBER * scale / abs(r)) / p**2 if r else 1 / p**2
-                   for r, p in zip(residuals, predicted)]
-    return Line(alpha, beta, _log_r2(sizes, times, alpha, beta))
+        weights = _relative([min(1.0, _HUBER * scale / abs(r)) if r else 1.0 for r in residuals], predicted)
+    return Line(alpha * time_unit, beta * (time_unit / size_unit), _log_r2(x, y, alpha, beta))
+
+
+def _relative(factors: Sequence[float], predicted: Sequence[float]) -> list[float]:
+    """factor / p^2, scaled so that the heaviest is 1 (the fit is the same): 1 / p^2 itself overflows
+    for p near 1e-160."""
+    low = min(predicted)
+    return [f * (low / p) * (low / p) for f, p in zip(factors, predicted)]
 
 
 def _weighted_line(x: Sequence[float], y: Sequence[float], w: Sequence[float]) -> tuple[float, float]:
@@ -56,6 +78,8 @@ def _weighted_line(x: Sequence[float], y: Sequence[float], w: Sequence[float]) -
     mx = sum(wi * xi for wi, xi in zip(w, x)) / sw
     my = sum(wi * yi for wi, yi in zip(w, y)) / sw
     sxx = sum(wi * (xi - mx) ** 2 for wi, xi in zip(w, x))
+    if sxx <= 0:  # all the weight on one size (the others a million times slower): no slope to see
+        return my, 0.0
     beta = sum(wi * (xi - mx) * (yi - my) for wi, xi, yi in zip(w, x, y)) / sxx
     alpha = my - beta * mx
     # A latency or an inverse bandwidth below zero has no meaning: pin it and refit the other.
@@ -71,7 +95,7 @@ def _log_r2(sizes: Sequence[float], times: Sequence[float], alpha: float, beta: 
     logs = [math.log(t) for t in times]
     mean = statistics.fmean(logs)
     total = sum((v - mean) ** 2 for v in logs)
-    left = sum((v - math.log(max(alpha + beta * s, 1e-12))) ** 2 for v, s in zip(logs, sizes))
+    left = sum((v - math.log(max(alpha + beta * s, _TINY))) ** 2 for v, s in zip(logs, sizes))
     return 1 - left / total if total > 0 else 1.0
 
 
@@ -86,17 +110,30 @@ def link_of(row: CommRow) -> LinkName | None:
     return None
 
 
+STATS = ("p50", "mean", "min")
+
+
 def row_time(row: CommRow, stat: str) -> float:
     return {"p50": row.p50_us, "min": row.min_us}.get(stat, row.duration_us)
 
 
+def _timed(row: CommRow) -> bool:
+    """Whether every time of the row is a measurement: a row not timed (0) or timed wrong (NaN) is no point."""
+    return all(math.isfinite(t) and t > 0 for t in (row_time(row, stat) for stat in STATS))
+
+
 def groups(run: Run, size_range: tuple[int, int] | None = None) -> dict[tuple[str, LinkName, int], list[CommRow]]:
-    """The run's comm rows (within size_range) by (op, link class, ranks); teams of one scope pool into one group."""
+    """The run's comm rows (within size_range) by (op, link class, ranks); teams of one scope pool into one group.
+    A row of no ranks or no nodes is refused: no sweep measures one, and the busbw factor and the shape of
+    the nodes divide by them."""
     low, high = size_range or (0, math.inf)
     found: dict[tuple[str, LinkName, int], list[CommRow]] = {}
-    for row in run.comm:
+    for i, row in enumerate(run.comm):
+        if row.world_size < 1 or row.nodes < 1:
+            raise UsageError(f"comm row {i} ({row.op}, {row.size_bytes} B) has {row.world_size} ranks on "
+                             f"{row.nodes} nodes: not a measurement to fit")
         link = link_of(row)
-        if (link is not None and row.op in COLLECTIVES and row.wrong == 0 and row_time(row, "mean") > 0
+        if (link is not None and row.op in COLLECTIVES and row.wrong == 0 and _timed(row)
                 and low <= row.size_bytes <= high):
             found.setdefault((row.op, link, row.world_size), []).append(row)
     return found
@@ -108,7 +145,12 @@ def fit_rows(op: str, link: LinkName, n: int, rows: list[CommRow], stat: str) ->
     factor = COLLECTIVES[op].busbw_factor(n)
     # 1 byte/µs = 1e-3 GB/s
     gbs = factor / line.beta * 1e-3 if line.beta > 0 and factor > 0 else None
-    return OpFit(op, link, n, line.alpha, line.beta, gbs, line.r2, len(rows))
+    fit = OpFit(op, link, n, line.alpha, line.beta, gbs, line.r2, len(rows))
+    if not all(math.isfinite(v) for v in (fit.alpha_us, fit.beta_us_per_byte, gbs or 0.0)):
+        times = [row_time(r, stat) for r in rows]
+        raise UsageError(f"the fit of {op} ({link}, {n} ranks) does not fit in a number: its {stat} times run from "
+                         f"{min(times):.3g} to {max(times):.3g} µs, which no measurement does")
+    return fit
 
 
 def derive_links(fits: list[OpFit]) -> list[LinkParams]:
@@ -137,8 +179,15 @@ def validate(op: str, link: LinkName, rows: list[CommRow], stat: str) -> Validat
     train, test = set(sizes[::2]), set(sizes[1::2])
     seen = [r for r in rows if r.size_bytes in train]
     line = fit_line([r.size_bytes for r in seen], [row_time(r, stat) for r in seen])
-    errors = [abs(line(r.size_bytes) - row_time(r, stat)) / row_time(r, stat) for r in rows if r.size_bytes in test]
+    errors = [_error(line, r.size_bytes, row_time(r, stat)) for r in rows if r.size_bytes in test]
     return Validation(op, link, statistics.median(errors), max(errors), len(errors))
+
+
+def _error(line: Line, size: float, time: float) -> float:
+    """|line(size) - time| / time, each term divided first (a time of 1e300 µs must not overflow), at most
+    MAX_ERROR: beyond it the line does not predict the size at all, by how much says nothing more."""
+    error = abs(line.alpha / time + line.beta * (size / time) - 1)
+    return min(error, MAX_ERROR) if math.isfinite(error) else MAX_ERROR
 
 
 def fit_run(run: Run, stat: str = "p50", size_range: tuple[int, int] | None = None) -> CostModel:

@@ -15,19 +15,20 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from clusterbench import limits
 from clusterbench.analyse import nccl
 from clusterbench.analyse.links import active_rdma
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit, is_per_size, kind_of
 from clusterbench.errors import UsageError
+from clusterbench.inputs import documents as inputs
 from clusterbench.results import documents
 from clusterbench.results.hardware import Gpu
 from clusterbench.results.schema import Expected, Run
 from clusterbench.units import BITS_PER_BYTE
 
 TABLE_KIND = "clusterbench-expected"
+TABLE_VERSION = 1
+_TABLE_KEYS = {"kind", "schema_version", "systems"}
 UNITS = ("GB/s", "Gbps", "tokens/GPU/s", "TFLOP/s", "fraction")
 _BITS = {"Gbps": 1.0, "GB/s": BITS_PER_BYTE}  # a bandwidth in bits per second
 _SYSTEM_KEYS = {"system", "match", "figures"}
@@ -62,17 +63,17 @@ def load(path: str | Path, origin: str = "file") -> list[System]:
     """A table of expected figures, or a baseline file (its means, for any system); one-line errors."""
     p = Path(path)
     label = f"--expected {p}" if origin == "file" else str(p)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{label}: cannot read {p} ({getattr(e, 'strerror', None) or e})") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{label}: does not parse as YAML or JSON: {str(e).splitlines()[0]}") from None
+    doc = inputs.read_yaml(p, label)
     if isinstance(doc, dict) and doc.get("kind") == documents.BASELINE.name:
         return [_from_baseline(p, label)]
     if not isinstance(doc, dict) or doc.get("kind") != TABLE_KIND or not isinstance(doc.get("systems"), list):
         raise UsageError(f"{label}: not a table of expected figures (kind: {TABLE_KIND}, a list of systems) "
                          "nor a clusterbench baseline")
+    if set(doc) - _TABLE_KEYS:
+        raise UsageError(f"{label}: unknown key(s) {', '.join(sorted(set(doc) - _TABLE_KEYS))} (a table holds "
+                         f"{', '.join(sorted(_TABLE_KEYS))})")
+    # A table written before tables carried a version is version 1.
+    inputs.version(doc.get("schema_version", 1), label, TABLE_VERSION, "expected-figures table")
     return [_system(item, i, label, origin) for i, item in enumerate(doc["systems"], 1)]
 
 
@@ -80,8 +81,9 @@ def _from_baseline(p: Path, label: str) -> System:
     """A team's own runs as the expectation: the means of the metrics where more is better."""
     b = documents.read(p, documents.BASELINE, label)
     what = f"baseline of {len(b.runs)} run{'s' * (len(b.runs) > 1)} ({b.created_utc})"
+    # Only positive figures are expectations: a range reaching 0 keeps its top alone.
     figures = tuple(
-        Figure(name, Expected(s.mean, "file", what, str(p), low=s.min, high=s.max), {})
+        Figure(name, Expected(s.mean, "file", what, str(p), low=s.min if s.min > 0 else None, high=s.max), {})
         for name, s in b.metrics.items()
         if kind_of(name).better == "higher" and not is_per_size(name) and s.mean > 0)
     return System(what, {}, figures)
@@ -100,22 +102,35 @@ def _system(item: Any, index: int, label: str, origin: str) -> System:
 def _figure(item: Any, where: str, system: str, origin: str) -> Figure:
     if not isinstance(item, dict) or set(item) - _FIGURE_KEYS:
         raise UsageError(f"{where}: expected a mapping with keys among {sorted(_FIGURE_KEYS)}")
-    for key in ("metric", "value", "source"):
+    metric = item.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise UsageError(f"{where}: 'metric' is required (a metric's name)")
+    where = f"{where} ({metric})"
+    for key in ("value", "source"):
         if item.get(key) in (None, ""):
             raise UsageError(f"{where}: '{key}' is required")
+    if not isinstance(item.get("note"), (str, type(None))):
+        raise UsageError(f"{where}: 'note' must be text, got {item['note']!r}")
     unit = item.get("unit", "fraction")
     if unit not in UNITS:
         raise UsageError(f"{where}: unit {unit!r} is not one of {', '.join(UNITS)}")
-    scale = _scale(unit, str(item["metric"]), where)
-    numbers = {}
-    for key in ("value", "low", "high"):
-        value = item.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise UsageError(f"{where}: '{key}' must be a positive number, got {value!r}")
-        numbers[key] = None if value is None else float(value) * scale
-    expected = Expected(numbers["value"], origin, system, str(item["source"]), numbers["low"], numbers["high"],
-                        item.get("note"))
-    return Figure(str(item["metric"]), expected, _conditions(item.get("when"), f"{where}: when"))
+    value, low, high = (_positive(item.get(key), key, where) for key in ("value", "low", "high"))
+    if low is not None and high is not None and low > high:
+        raise UsageError(f"{where}: its range is empty: low {low:g} is above high {high:g}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise UsageError(f"{where}: value {value:g} lies outside its own range "
+                         f"{'' if low is None else f'{low:g}'}..{'' if high is None else f'{high:g}'}")
+    scale = _scale(unit, metric, where)
+    low, high = (None if x is None else x * scale for x in (low, high))
+    expected = Expected(value * scale, origin, system, str(item["source"]), low, high, item.get("note"))
+    return Figure(metric, expected, _conditions(item.get("when"), f"{where}: when"))
+
+
+def _positive(value: Any, key: str, where: str) -> float | None:
+    """A figure's value or an end of its range: a positive number (the boundary let through finite ones only)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise UsageError(f"{where}: '{key}' must be a positive number, got {value!r}")
+    return None if value is None else float(value)
 
 
 def _scale(unit: str, metric: str, where: str) -> float:

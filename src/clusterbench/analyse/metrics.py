@@ -18,11 +18,14 @@ telemetry.<throttled|ecc_grown|stragglers> (analyse/telemetry.py), and run.faile
 run that did not complete).
 
 Beside the values: a note that puts a value in words for a verdict line, and for a metric
-this kind of run could have but this one has not, the reason (a CPU has no link table).
+this kind of run could have but this one has not, the reason (a CPU has no link table). A figure
+that is NaN or infinite (a NaN loss, a division by a zero time) was not measured: it is kept as
+missing, with that reason, so no rule and no comparison can pass it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -95,7 +98,13 @@ class Metrics:
     not_run: dict[str, str] = field(default_factory=dict)  # metric families (comm, train, ...): why their stage did not run
 
     def put(self, name: str, value: float, note: str | None = None) -> None:
-        self.values[name] = float(value)
+        value = float(value)
+        if not math.isfinite(value):
+            self.values.pop(name, None)
+            self.notes.pop(name, None)
+            self.absent[name] = f"{name} is {value}: not a measurement" + (f" ({note})" if note else "")
+            return
+        self.values[name] = value
         if note:
             self.notes[name] = note
 

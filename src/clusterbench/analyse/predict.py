@@ -136,6 +136,9 @@ class Prediction:
 def predict(cluster: Cluster, op: str, sizes: Sequence[int]) -> list[Prediction]:
     if op not in ALGORITHMS:
         raise UsageError(f"no model for {op!r}: choose one of {', '.join(ALGORITHMS)}")
+    if cluster.ranks < 2:  # its time is 0 and its bandwidth 0 / 0
+        raise UsageError(f"a collective of one rank moves nothing: a cluster of {cluster.nodes} node x "
+                         f"{cluster.gpus_per_node} rank has nothing to predict")
     factor = COLLECTIVES[op].busbw_factor(cluster.ranks)
     out = []
     for s in sizes:

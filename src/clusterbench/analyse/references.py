@@ -10,12 +10,15 @@ that made each.
 
 from __future__ import annotations
 
-from importlib.resources import files
+import os
+from importlib import resources
 from pathlib import Path
 
 from clusterbench import __version__
 from clusterbench.analyse import alignment
+from clusterbench.args import clipped
 from clusterbench.errors import UsageError
+from clusterbench.inputs import files
 from clusterbench.results import documents
 from clusterbench.results.documents import LossReference, ReferenceHardware, ReferenceModel
 from clusterbench.results.schema import Env, TrainConfig
@@ -40,14 +43,14 @@ def mismatch(ref: LossReference, config: TrainConfig) -> str | None:
                 theirs, mine = ref.model.preset, config.preset
                 if theirs == mine:
                     theirs, mine = f"{theirs} (config {ref.model.config_hash})", f"{mine} (config {config.model_hash})"
-            return f"the reference was made for {label} {theirs}, this run has {mine}"
+            return f"the reference was made for {label} {clipped(str(theirs))}, this run has {clipped(str(mine))}"
     return None
 
 
 def recipe_mismatch(ref: LossReference, config: TrainConfig) -> str | None:
     for key in RECIPE:
         if getattr(ref, key) != getattr(config, key):
-            return f"it was made with {key} {getattr(ref, key)}, this run has {getattr(config, key)}"
+            return f"it was made with {key} {clipped(str(getattr(ref, key)))}, this run has {clipped(str(getattr(config, key)))}"
     return None
 
 
@@ -92,7 +95,7 @@ def save(ref: LossReference, path: str) -> None:
 
 
 def shipped_dir() -> Path:
-    return Path(str(files("clusterbench") / "references"))
+    return Path(str(resources.files("clusterbench") / "references"))
 
 
 def shipped_name(preset: str, device_type: str, dtype: str) -> str:
@@ -106,13 +109,14 @@ def shipped_names() -> list[str]:
 def load(name_or_path: str) -> tuple[LossReference, str]:
     """A reference from a file, or a shipped one by name; returns (reference, its label)."""
     p = Path(name_or_path)
-    if not p.is_file() and name_or_path in shipped_names():
+    if name_or_path in shipped_names() and not files.is_regular(p):
         p = shipped_dir() / f"{name_or_path}.json"
-    if not p.is_file():
+    elif not os.path.lexists(p):  # one that is there but no regular file (a FIFO, a folder): the boundary names it
         raise UsageError(f"--reference {name_or_path}: no such file (shipped references: "
                          f"{', '.join(shipped_names()) or 'none'})")
     ref = documents.read(p, documents.REFERENCE, f"--reference {name_or_path}")
-    if len(ref.losses) != ref.steps or not all(x > 0 for x in ref.losses):
-        raise UsageError(f"--reference {name_or_path}: \"losses\" must hold {ref.steps} positive numbers")
+    if len(ref.losses) != ref.steps:
+        raise UsageError(f"--reference {name_or_path}: \"losses\" must hold {ref.steps} positive numbers, "
+                         f"one per step (it holds {len(ref.losses)})")
     label = p.stem if p.parent == shipped_dir() else str(p)
     return ref, label

@@ -17,13 +17,17 @@
         summary: all_reduce busbw against the link's theoretical figure
 
 A rule about a stage that did not run (no comm rows, no train section) is not judged, whatever
-its `missing` says. `clusterbench run` judges with the shipped default_rules.yaml unless given
+its `missing` says; a figure that is NaN or infinite is missing (metrics.py), so no rule passes it.
+Every field is checked for its type, and a regex is matched with a bound on its cost
+(inputs.patterns). `clusterbench run` judges with the shipped default_rules.yaml unless given
 --rules; `clusterbench compare --rules` with the file it is given.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -32,11 +36,11 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from clusterbench.analyse.expected import whose
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.args import clipped
 from clusterbench.errors import UsageError
+from clusterbench.inputs import documents, patterns
 from clusterbench.results.schema import Expected
 
 FUNCTIONS = ("value", "change", "expected")
@@ -48,6 +52,8 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 _CRITERIA = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)\s*")
 _KEYS = {"name", "metric", "function", "criteria", "summary", "level", "missing", "origin"}
 ORIGINS = ("given", "file", "shipped")
+# ">= 0.9" and the like; a longer text is no criteria, and _CRITERIA's digits would backtrack over it.
+_CRITERIA_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -90,21 +96,38 @@ def default_rules() -> list[Rule]:
 def load_rules(path: str | Path) -> list[Rule]:
     """Read and check a rules file; every problem is a UsageError naming where it is."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read rules file {p}: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UsageError(f"rules file {p}{where} does not parse: {problem}") from None
+    data = documents.read_yaml(p, f"cannot read rules file {p}")
     items = data.get("rules") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise UsageError(f"rules file {p}: expected a list of rules (or a mapping with a 'rules' list)")
     return [_rule(item, i, p) for i, item in enumerate(items, 1)]
+
+
+def _text(item: dict[str, Any], key: str, where: str, default: str) -> str:
+    """A field that must be text when given: a number or a list there is a mistake, not a name."""
+    value = item.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise UsageError(f"{where}: {key} must be text, not {_kind(value)} {clipped(repr(value))}")
+    return value
+
+
+def _texts(item: dict[str, Any], key: str, where: str, default: list[str]) -> list[str]:
+    """A field of one line of text or a list of them, none empty: metric patterns and origins, which
+    error lines repeat."""
+    value = item.get(key, default)
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not value or not all(isinstance(x, str) and x.isprintable() and x
+                                                           for x in value):
+        raise UsageError(f"{where}: {key} must be one line of text or a list of them, "
+                         f"not {clipped(repr(item.get(key)))}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "a mapping"}.get(
+        type(value), type(value).__name__)
 
 
 def _rule(item: Any, index: int, path: Path) -> Rule:
@@ -114,44 +137,47 @@ def _rule(item: Any, index: int, path: Path) -> Rule:
     unknown = set(item) - _KEYS
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; use {sorted(_KEYS)}")
-    name = str(item.get("name") or f"rule {index}")
-    where = f"{where} ({name})"
-    patterns = item.get("metric")
-    patterns = [patterns] if isinstance(patterns, str) else patterns
-    if not patterns or not all(isinstance(x, str) and x for x in patterns):
+    name = _text(item, "name", where, "") or f"rule {index}"
+    where = f"{where} ({clipped(' '.join(name.split()))})"  # one line, however the name was written
+    if "metric" not in item:
         raise UsageError(f"{where}: 'metric' must be a pattern or a list of patterns")
-    for pattern in patterns:
+    metric = _texts(item, "metric", where, [])
+    for pattern in metric:
         if pattern.startswith("re:"):
-            try:
-                re.compile(pattern[3:])
-            except re.error as e:
-                raise UsageError(f"{where}: bad regex {pattern[3:]!r}: {e}") from None
+            patterns.compile_pattern(pattern[3:], f"{where}: metric")
     choices = {"function": (FUNCTIONS, "value"), "level": (LEVELS, "FAIL"), "missing": (MISSING, "error")}
     chosen = {}
     for key, (allowed, default) in choices.items():
         chosen[key] = item.get(key, default)
-        if chosen[key] not in allowed:
-            raise UsageError(f"{where}: {key} {chosen[key]!r} is not one of {', '.join(allowed)}")
-    criteria = str(item.get("criteria", ""))
+        if not isinstance(chosen[key], str) or chosen[key] not in allowed:
+            raise UsageError(f"{where}: {key} {clipped(repr(chosen[key]))} is not one of {', '.join(allowed)}")
+    criteria = _text(item, "criteria", where, "")
     _parse_criteria(criteria, where)
-    origin = item.get("origin", ["given"])
-    origin = [origin] if isinstance(origin, str) else origin
-    if not isinstance(origin, list) or not origin or not set(origin) <= set(ORIGINS):
-        raise UsageError(f"{where}: origin {item.get('origin')!r} must be one or more of {', '.join(ORIGINS)}")
-    return Rule(name, tuple(patterns), criteria=criteria, summary=str(item.get("summary") or ""),
+    origin = _texts(item, "origin", where, ["given"])
+    if not set(origin) <= set(ORIGINS):
+        raise UsageError(f"{where}: origin {clipped(repr(item.get('origin')))} must be one or more of "
+                         f"{', '.join(ORIGINS)}")
+    return Rule(name, tuple(metric), criteria=criteria, summary=_text(item, "summary", where, ""),
                 origin=tuple(origin), **chosen)
 
 
 def _parse_criteria(text: str, where: str) -> tuple[str, float]:
-    match = _CRITERIA.fullmatch(text)
-    if not match:
-        raise UsageError(f"{where}: criteria {text!r} must be a comparison and a number, like '>= 0.9'")
+    match = _CRITERIA.fullmatch(text) if len(text) <= _CRITERIA_MAX else None
+    if not match or not math.isfinite(float(match.group(2))):
+        raise UsageError(f"{where}: criteria {clipped(repr(text))} must be a comparison and a finite number, "
+                         "like '>= 0.9'")
     return match.group(1), float(match.group(2))
 
 
-def matches(pattern: str, name: str) -> bool:
+@functools.lru_cache(maxsize=256)
+def _regex(text: str) -> Any:
+    return patterns.compile_pattern(text, "rule metric")
+
+
+def matches(pattern: str, name: str, label: str = "rule metric") -> bool:
+    """Whether a rule's metric pattern (a glob, or "re:" and a regex matched with a bound on its cost) names `name`."""
     if pattern.startswith("re:"):
-        return re.fullmatch(pattern[3:], name) is not None
+        return patterns.fullmatch(_regex(pattern[3:]), name, label)
     return fnmatch.fnmatchcase(name, pattern)
 
 
@@ -159,24 +185,26 @@ def evaluate(rules: list[Rule], metrics: Metrics, baseline: dict[str, float] | N
              expected: dict[str, Expected] | None = None, strict: bool = True) -> list[RuleResult]:
     """Judge `metrics`: their values, their change against `baseline`, or their share of `expected`.
 
-    A rule whose metric is missing and says `missing: error` is a UsageError when `strict`;
-    otherwise (judging a run that has just been measured) it is a FAIL that says so."""
+    A rule whose pattern matches no metric of any kind (a typo) and says `missing: error` is a
+    UsageError when `strict`; otherwise (judging a run that has just been measured) it is a FAIL
+    that says so. A metric the run has no finite value of is missing, never judged."""
     results = []
     for rule in rules:
         if rule.function == "change" and baseline is None:
-            raise UsageError(f"rule {rule.name!r} uses function change and needs a baseline: "
+            raise UsageError(f"rule {clipped(repr(rule.name))} uses function change and needs a baseline: "
                              "give a second run or --baseline")
+        label = f"rule {clipped(repr(rule.name))}: metric"
         figures = {name: e.value for name, e in (expected or {}).items() if e.origin in rule.origin}
         reference = {"change": baseline, "expected": figures}.get(rule.function)
-        names = sorted(n for n in metrics.values if any(matches(p, n) for p in rule.patterns)
+        names = sorted(n for n in metrics.values if any(matches(p, n, label) for p in rule.patterns)
                        and (rule.function != "expected" or n in reference))
         if names:
             results += [_judge(rule, name, metrics, reference, (expected or {}).get(name)) for name in names]
         elif rule.missing != "ignore":
-            result = _not_judged(rule, metrics)
-            if strict and rule.missing == "error" and result.verdict != "SKIP":
-                raise UsageError(f"rule {rule.name!r}: metric pattern {', '.join(rule.patterns)} matches no metric")
-            results.append(result)
+            why, not_run = _why_missing(rule, metrics, label)
+            if strict and why is None and rule.missing == "error":
+                raise UsageError(f"{label} pattern {clipped(', '.join(rule.patterns))} matches no metric")
+            results.append(_not_judged(rule, why, not_run))
     return results
 
 
@@ -185,17 +213,24 @@ def _family(pattern: str) -> str:
     return re.match(r"[a-z_]*", pattern.removeprefix("re:")).group(0)
 
 
-def _not_judged(rule: Rule, metrics: Metrics) -> RuleResult:
-    """A rule without a metric: SKIP when its stage did not run, else what its `missing` says."""
+def _why_missing(rule: Rule, metrics: Metrics, label: str) -> tuple[str | None, bool]:
+    """Why this run has none of the rule's metrics, and whether it is because their stage did not run;
+    None when no metric of any kind matches the pattern (a typo, or a metric of another kind of run)."""
     stage = next((metrics.not_run[f] for f in map(_family, rule.patterns) if f in metrics.not_run), None)
-    why = stage or next((text for name, text in metrics.absent.items()
-                         if any(matches(p, name) for p in rule.patterns)), None)
+    if stage:
+        return stage, True
+    return next((text for name, text in metrics.absent.items()
+                 if any(matches(p, name, label) for p in rule.patterns)), None), False
+
+
+def _not_judged(rule: Rule, why: str | None, not_run: bool) -> RuleResult:
+    """A rule without a metric: SKIP when its stage did not run, else what its `missing` says."""
+    verdict = "SKIP" if not_run else {"skip": "SKIP", "error": "FAIL"}.get(rule.missing, rule.missing)
     if why is None:
         why = (f"no expected figure for {', '.join(rule.patterns)}" if rule.function == "expected"
                else f"this run has no {', '.join(rule.patterns)}")
-    verdict = "SKIP" if stage else {"skip": "SKIP", "error": "FAIL"}.get(rule.missing, rule.missing)
-    if verdict == "FAIL" and rule.missing == "error":
-        why += " (the rule says a missing metric is an error: check its pattern)"
+        if verdict == "FAIL" and rule.missing == "error":
+            why += " (the rule says a missing metric is an error: check its pattern)"
     return RuleResult(rule.name, ", ".join(rule.patterns), None, None, None, rule.criteria, verdict, rule.summary,
                       f"not judged: {why}")
 
@@ -204,6 +239,7 @@ def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] 
            figure: Expected | None) -> RuleResult:
     value = metrics.values[name]
     base = reference.get(name) if reference is not None else None
+    base = base if base is not None and math.isfinite(base) else None  # a NaN baseline is no baseline
     checked: float | None = value
     words = metrics.notes.get(name) or f"{name} = {value:.4g}"
     if rule.function == "change":
@@ -214,7 +250,8 @@ def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] 
         checked = value / base if base else None
         source = whose(figure) if figure else "the expected figure"
         words += f" = {checked:.0%} of {source}" if checked is not None else ""
-    ok = checked is not None and rule.test(checked)
+    # A figure that overflowed on its way here (a value over a baseline of 1e-300) is no measurement either.
+    ok = checked is not None and math.isfinite(checked) and rule.test(checked)
     if not ok:
         subject = {"value": name, "change": "change", "expected": "value / expected"}[rule.function]
         words += f"; rule: {subject} {rule.criteria.strip()}"

@@ -2,13 +2,18 @@
 
 Pure: metrics and expected figures in, verdicts out, so `clusterbench run`, `clusterbench
 report` and a fleet script see the same verdicts. `comm` and `train` end with exit code 1 when
-a check of their own stage FAILs; `run` when any check does.
+a check of their own stage FAILs; `run` when any check does. Two rules hold wherever a verdict
+is summarised: the summary is the worst of what it summarises (one WARN makes a WARN), and a
+summary over nothing judged is no verdict at all (exit 2), never a PASS.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, RuleResult, default_rules, evaluate
+from clusterbench.errors import UsageError
 from clusterbench.results.schema import Expected, Verdict
 
 RANKED = ("PASS", "WARN", "FAIL")
@@ -27,17 +32,28 @@ def judge(metrics: Metrics, expected: dict[str, Expected], rules: list[Rule] | N
 
 
 def _verdict(name: str, results: list[RuleResult]) -> Verdict:
-    judged = [r for r in results if r.verdict in RANKED]
-    if not judged:
+    status = worst(r.verdict for r in results)
+    if status is None:
         return Verdict(name, "SKIP", results[0].detail)
-    status = max((r.verdict for r in judged), key=RANKED.index)
-    shown = [r for r in judged if r.verdict == status]
+    shown = [r for r in results if r.verdict == status]
     detail = "; ".join(r.detail for r in shown[:_SHOWN])
     if len(shown) > _SHOWN:
         detail += f"; and {len(shown) - _SHOWN} more"
     return Verdict(name, status, detail)
 
 
+def worst(statuses: Iterable[str]) -> str | None:
+    """The worst of PASS, WARN and FAIL among `statuses`; None when none is one of them (nothing judged)."""
+    return max((s for s in statuses if s in RANKED), key=RANKED.index, default=None)
+
+
 def overall(verdicts: list[Verdict]) -> str | None:
     """The worst of the judged checks; None when no check was judged (a verdict over nothing says nothing)."""
-    return max((v.status for v in verdicts if v.status in RANKED), key=RANKED.index, default=None)
+    return worst(v.status for v in verdicts)
+
+
+def conclusive(verdict: str | None, what: str) -> str:
+    """`verdict` when something was judged; else the one-line refusal every command gives (exit 2)."""
+    if verdict is None:
+        raise UsageError(f"nothing judged: {what}, so there is no verdict")
+    return verdict

@@ -20,26 +20,28 @@ DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16"
 RANK_TIME = ("max", "avg", "min")
 TIMINGS = ("stamps", "loop", "graph")
 SCOPES = ("global", "intra", "inter")
+# What a scope narrower than the whole job needs of it to have anything to measure.
+SCOPE_NEEDS = {"intra": "needs a node with at least two ranks", "inter": "needs at least two nodes"}
 # The patterns that are one op of the sweep; pairwise measures pairs instead.
 PATTERN_OPS = {"single": None, "ring": "sendrecv", "incast": "incast"}
 
 
 def ops_list(text: str) -> tuple[str, ...]:
-    names = ALL_OPS if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    names = ALL_OPS if text.strip() == "all" else argtypes.names(text, "op")
     unknown = [n for n in names if n not in COLLECTIVES]
-    if unknown or not names:
+    if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown op {', '.join(unknown) or text!r}: choose from {', '.join(ALL_OPS)} or all")
+            f"unknown op {argtypes.clipped(', '.join(unknown))!r}: choose from {', '.join(ALL_OPS)} or all")
     return tuple(dict.fromkeys(names))
 
 
 def _choices(text: str, known: Iterable[str], what: str) -> tuple[str, ...]:
     """A comma-separated list of names, each one of `known` (case-insensitive), in the order given."""
     known = tuple(known)
-    names = tuple(dict.fromkeys(t.strip().lower() for t in text.split(",") if t.strip()))
+    names = tuple(dict.fromkeys(n.lower() for n in argtypes.names(text, what)))
     unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(unknown) or text!r}: "
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {what} {argtypes.clipped(', '.join(unknown))!r}: "
                                          f"choose from {', '.join(known)}")
     return names
 
@@ -55,7 +57,7 @@ def algo_list(text: str) -> tuple[str, ...]:
 def dtype_name(text: str) -> str:
     name = DTYPE_ALIASES.get(text, text)
     if name not in DTYPES:
-        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}: choose from {', '.join(DTYPES)}")
+        raise argparse.ArgumentTypeError(f"unknown dtype {argtypes.clipped(text)!r}: choose from {', '.join(DTYPES)}")
     return name
 
 
@@ -74,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bidirectional", action="store_true", help="pt2pt: send both ways at once")
     p.add_argument("--iters", type=argtypes.auto_or(argtypes.whole(1)),
                    help="timed iterations per size, or auto (default)")
-    p.add_argument("--warmup", type=argtypes.whole(1), help="warm-up iterations per size (default 5)")
+    p.add_argument("--warmup", type=argtypes.whole(1), help="warm-up iterations per size, at least 1 (default 5)")
     p.add_argument("--time-budget", dest="time_budget_s", type=argtypes.real(0.0),
                    help="--iters auto: seconds of timed iterations per size at most (default 0.25)")
     p.add_argument("--rank-time", choices=RANK_TIME, help="how per-rank times combine (default max: the slowest)")
@@ -91,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pattern", choices=tuple(PATTERN_OPS) + ("pairwise",),
                    help="single: the sweep (default); ring: each rank sends to the next (sendrecv); "
                         "incast: all send to --root; pairwise: every pair alone, each way, to find the slow one")
-    g.add_argument("--flag-below", dest="flag_below", type=argtypes.real(0.0),
+    g.add_argument("--flag-below", dest="flag_below", type=argtypes.real(0.0, maximum=1.0),
                    help="pairwise: flag a pair, rank or node below this fraction of its class's median (default 0.8)")
     g.add_argument("--nodes-only", dest="nodes_only", action="store_true",
                    help="pairwise: one rank per node, for large fleets")

@@ -7,10 +7,11 @@ one line when it cannot work, so no rank ever re-derives a choice or finds a fau
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from clusterbench.collectives import BUILT_REDUCTIONS, COLLECTIVES, NATIVE, implements, nccl_ops
-from clusterbench.comm.options import PATTERN_OPS, SCOPES
+from clusterbench.comm.options import PATTERN_OPS, SCOPE_NEEDS, SCOPES
 from clusterbench.comm.sizes import SCRATCH_BYTES, geometric
 from clusterbench.errors import UsageError
 from clusterbench.hw.host import meminfo_bytes
@@ -19,6 +20,9 @@ from clusterbench.shape import JobShape
 from clusterbench.units import human_bytes
 
 MAX_BYTES = {"cpu": 64 * 1024**2, "cuda": 1024**3}
+# The most message sizes one sweep takes: 1 B to 16 GiB in steps of 2.5 % (a minute or more per op at
+# the default time budget). A step factor barely above 1 would otherwise plan billions of sizes.
+MAX_STEPS = 1000
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,10 @@ def resolve(opts: CommOptions, typed: frozenset[str], job: JobShape) -> CommPlan
         opts = replace(opts, ops=(pattern_op,))
     if opts.nodes_only and opts.pattern != "pairwise":
         raise UsageError("--nodes-only belongs to --pattern pairwise")
-    if not 0 < opts.flag_below <= 1:
-        raise UsageError(f"--flag-below is a fraction of the median in (0, 1], got {opts.flag_below:g}")
     ops = tuple("pt2pt_bidir" if opts.bidirectional and n == "pt2pt" else n for n in opts.ops)
-    sizes = tuple(geometric(opts.min_bytes, opts.max_bytes or MAX_BYTES.get(job.device_type, MAX_BYTES["cpu"]),
-                            opts.step_factor))
+    max_bytes = opts.max_bytes or MAX_BYTES.get(job.device_type, MAX_BYTES["cpu"])
+    _check_steps(opts.min_bytes, max_bytes, opts.step_factor)
+    sizes = tuple(geometric(opts.min_bytes, max_bytes, opts.step_factor))
     scopes = SCOPES if opts.scope == "all" else (opts.scope,)
     plan = CommPlan(
         options=opts, ops=ops, sizes=sizes, fit_memory=opts.max_bytes is None and job.device_type == "cuda",
@@ -56,6 +59,15 @@ def resolve(opts: CommOptions, typed: frozenset[str], job: JobShape) -> CommPlan
     )
     _validate(plan, job)
     return plan
+
+
+def _check_steps(min_bytes: int, max_bytes: int, factor: float) -> None:
+    if min_bytes > max_bytes:
+        return  # geometric() says so
+    steps = math.floor(math.log(max_bytes / min_bytes) / math.log(factor)) + 1
+    if steps > MAX_STEPS:
+        raise UsageError(f"--step-factor {factor} takes {steps:,} steps from {human_bytes(min_bytes)} to "
+                         f"{human_bytes(max_bytes)}; at most {MAX_STEPS}: a larger factor or a narrower range")
 
 
 def _validate(plan: CommPlan, job: JobShape) -> None:
@@ -76,6 +88,8 @@ def _validate(plan: CommPlan, job: JobShape) -> None:
         raise UsageError(f"--root {opts.root} is not a rank of this {job.world_size}-rank job")
     if opts.pattern == "pairwise" and job.world_size < 2:
         raise UsageError("--pattern pairwise needs at least 2 ranks; this job has 1")
+    if opts.scope in SCOPE_NEEDS and job.world_size < 2:
+        raise UsageError(f"--scope {opts.scope} {SCOPE_NEEDS[opts.scope]}; this job has 1 rank")
     for name in plan.ops:
         if job.world_size < COLLECTIVES[name].min_ranks:
             raise UsageError(f"{name} needs at least {COLLECTIVES[name].min_ranks} ranks; this job has "

@@ -213,6 +213,8 @@ def sweep(rank: Rank, plan: CommPlan) -> None:
     for scope in plan.scopes:
         phases, why_not = (scopes.algo_phases(list(worker.members), opts.nccl_algos), None) if scope == "algo" \
             else scopes.plan(scope, list(worker.members))
+        if why_not and len(plan.scopes) == 1:  # asked for alone, it would measure nothing and pass
+            raise UsageError(f"--scope {scope}: {why_not}")
         if why_not:
             rank.say(f"# {scope}: skipped: {why_not}")
         _check_root(plan, phases)

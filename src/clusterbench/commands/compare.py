@@ -11,6 +11,7 @@ from clusterbench import args as argtypes
 from clusterbench.analyse import baseline
 from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare, lost, unfinished, worse
 from clusterbench.analyse.rules import RuleResult, evaluate, load_rules
+from clusterbench.analyse.verdicts import conclusive, worst
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.registry import metrics_of
@@ -49,21 +50,25 @@ def main(args: argparse.Namespace) -> int:
         bad = [r for r in results if r.verdict == "FAIL"]
         if bad:
             problems.insert(0, f"{len(bad)} of {len(results)} checks fail")
+        status = "FAIL" if problems else worst(r.verdict for r in results)
         passed = sum(r.verdict == "PASS" for r in results)
         others = ", ".join(f"{sum(r.verdict == v for r in results)} {v}" for v in ("WARN", "SKIP")
                            if any(r.verdict == v for r in results))
         verdict = (f"FAIL: {'; '.join(problems)}" if problems else
-                   f"PASS: {passed} of {len(results)} checks pass" + (f" ({others})" if others else ""))
-        _print(results, args.json, _rules_text(results), f"# rules: {verdict}")
+                   f"{status}: {passed} of {len(results)} checks pass" + (f" ({others})" if others else ""))
+        _print(results, args.json, _rules_text(results), f"# rules: {verdict}" if status else None)
+        conclusive(status, "every rule was skipped (SKIP) or ignored")
         return EXIT_FAILED if problems else EXIT_OK
     rows = compare(reference, metrics_of(candidate).values, args.tolerance, per_size=args.all)
     for found, what in ((lost(rows), "judged metrics missing in the run judged"),
                         (worse(rows), f"metrics worse by more than {args.tolerance:.0%}")):
         if found:
             problems.insert(0, f"{len(found)} {what}: {_names(found)}")
+    status = "FAIL" if problems else worst(r.verdict for r in rows)
     verdict = f"FAIL: {'; '.join(problems)}" if problems else (
         f"PASS: no metric worse by more than {args.tolerance:.0%}")
-    _print(rows, args.json, _compare_text(rows), f"# compare: {verdict}")
+    _print(rows, args.json, _compare_text(rows), f"# compare: {verdict}" if status else None)
+    conclusive(status, "no metric that has a better direction was measured in both")
     return EXIT_FAILED if problems else EXIT_OK
 
 
@@ -71,13 +76,15 @@ def _names(rows: list) -> str:
     return ", ".join(r.metric for r in rows[:5]) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
 
 
-def _print(rows: list, as_json: bool, text: str, verdict: str) -> None:
-    """The table and verdict on stdout; with --json stdout is pure JSON and the verdict goes to stderr."""
+def _print(rows: list, as_json: bool, text: str, verdict: str | None) -> None:
+    """The table and verdict on stdout; with --json stdout is pure JSON and the verdict goes to stderr.
+    No verdict (nothing judged): the table alone, and the error line says why."""
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
-        print(verdict, file=sys.stderr)
+        if verdict:
+            print(verdict, file=sys.stderr)
     else:
-        print(f"{text}\n{verdict}")
+        print(text if verdict is None else f"{text}\n{verdict}")
 
 
 def _fmt(x: float | None) -> str:

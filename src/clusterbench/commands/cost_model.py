@@ -7,12 +7,13 @@ from pathlib import Path
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import predict as pr
-from clusterbench.analyse.cost_model import bent, fit_run, span
+from clusterbench.analyse.cost_model import STATS, bent, fit_run, span
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.results.cost_model import CostModel
 from clusterbench.results.documents import write_text
-from clusterbench.results.folder import load_run, save_run
+from clusterbench.results.folder import check_output, load_run, save_run
+from clusterbench.results.schema import Run
 from clusterbench.units import duration, human_bytes
 
 PLANNING_SIZE = 1024**3  # the planning question's message: 1 GiB
@@ -24,21 +25,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fit.add_argument("run_dir", metavar="RUN_DIR")
     fit.add_argument("--save", action="store_true", help="store the fit in the run's run.json (section model)")
     fit.add_argument("--sizes", metavar="LOW..HIGH", help="fit only the rows of these sizes (e.g. 1K..1M; default all)")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="with --save: replace a stored fit made another way (other sizes or --stat)")
     _add_stat(fit)
     pre = sub.add_parser("predict", help="predict collective times for a described cluster, per algorithm")
     pre.add_argument("--from", dest="from_run", metavar="RUN_DIR", help="link classes as fitted to this run")
     pre.add_argument("--intra", metavar="CLASS", help=f"intra-node link class: {', '.join(pr.named_links())}")
     pre.add_argument("--inter", metavar="CLASS", help="inter-node link class (e.g. ndr)")
-    pre.add_argument("--nodes", type=int, required=True, help="nodes of the cluster")
-    pre.add_argument("--gpus-per-node", type=int, help="ranks per node (default with --from: the run's)")
+    pre.add_argument("--nodes", type=argtypes.whole(1), required=True, help="nodes of the cluster")
+    pre.add_argument("--gpus-per-node", type=argtypes.whole(1),
+                     help="ranks per node (default with --from: the run's)")
     pre.add_argument("--op", default="all_reduce", help=f"one of {', '.join(pr.ALGORITHMS)} (default all_reduce)")
     pre.add_argument("--sizes", default="1K..16G", help="LOW..HIGH, powers of two between (default 1K..16G)")
-    pre.add_argument("--plot", metavar="FILE.svg", type=Path, help="also draw the predicted busbw curves")
+    pre.add_argument("--plot", metavar="FILE.svg", type=Path, help="also draw the predicted busbw curves (a new file)")
+    pre.add_argument("--overwrite", action="store_true", help="replace the --plot file when it exists")
     _add_stat(pre)
 
 
 def _add_stat(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stat", choices=("p50", "mean", "min"), default="p50",
+    p.add_argument("--stat", choices=STATS, default="p50",
                    help="the time of each row to fit: p50 of the calls (default), their mean or fastest")
 
 
@@ -48,15 +53,33 @@ def main(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     run = load_run(args.run_dir)
-    model = fit_run(run, args.stat, _range(args.sizes) if args.sizes else None)
+    sizes = _range(args.sizes) if args.sizes is not None else None  # "--sizes=" is a typo, not "all"
+    if args.save and not args.overwrite:
+        _keeps_stored_fit(run, args.stat, sizes, Path(args.run_dir))
+    model = fit_run(run, args.stat, sizes)
     print(fit_text(model))
     for reason in bent(model):
         print(f"# not one line: {reason}")
     if args.save:
         run.cost_model = model
-        save_run(Path(args.run_dir), run)
-        print(f"# model: stored in {Path(args.run_dir) / 'run.json'}")
+        print(f"# model: stored in {save_run(args.run_dir, run)}")
     return EXIT_OK
+
+
+def _keeps_stored_fit(run: Run, stat: str, sizes: tuple[int, int] | None, run_dir: Path) -> None:
+    """--save replaces a stored fit only when it was made the same way (the same rows and statistic give
+    the same figures), or when --overwrite asks: a fit of chosen sizes is not lost to a default one."""
+    stored = run.cost_model
+    if stored is None:
+        return
+    was = (stored.stat, tuple(stored.size_range) if stored.size_range else None)
+    if was != (stat, sizes):
+        raise UsageError(f"{run_dir} already holds a fit of {_how(*was)}: add --overwrite to replace it with this "
+                         f"fit of {_how(stat, sizes)}, or leave out --save")
+
+
+def _how(stat: str, sizes: tuple[int, int] | None) -> str:
+    return f"the {stat} times of {span(sizes) if sizes else 'all sizes'}"
 
 
 def fit_text(model: CostModel) -> str:
@@ -87,7 +110,7 @@ def cluster_of(args: argparse.Namespace) -> pr.Cluster:
         per_node: dict[str, int] = {}
         for placement in run.env.ranks:
             per_node[placement.node] = per_node.get(placement.node, 0) + 1
-        gpus = gpus or max(per_node.values(), default=run.env.world_size or 1)
+        gpus = gpus if gpus is not None else max(per_node.values(), default=run.env.world_size or 1)
     for key in ("intra", "inter"):
         if getattr(args, key):
             links[key] = pr.named_link(getattr(args, key))
@@ -115,6 +138,8 @@ def _sizes(text: str) -> list[int]:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    if args.plot:  # before any work: the answer to a refusal is quick
+        check_output(args.plot, "--plot", args.overwrite)
     cluster = cluster_of(args)
     predictions = pr.predict(cluster, args.op, _sizes(args.sizes))
     print(predict_text(cluster, args.op, predictions))

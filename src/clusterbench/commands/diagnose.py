@@ -4,18 +4,28 @@
 TARGET is a run folder (its run.json's `nccl` section, else its nccl/ logs), an NCCL log file,
 or a folder of them. Prints NCCL's picture of the run and the NCCL checks of the default rules,
 judged with the run's hardware picture where there is one. Exit 1 when a check FAILs.
+
+Logs are streamed, so any size reads in flat memory. Of a folder only the regular files named
+*.log are read; other entries so named (folders, FIFOs, broken links) are left out with a note. A
+folder's logs must be one job's (nccl/jobs.py): the logs of unrelated jobs merged would describe
+none of them. A log file given alone is read as one log, as its writer made it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from clusterbench.analyse.nccl import picture
 from clusterbench.analyse.rules import default_rules
+from clusterbench.analyse.verdicts import conclusive, overall
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
-from clusterbench.nccl.log import parse_files
+from clusterbench.inputs import files
+from clusterbench.nccl.jobs import read_folder
+from clusterbench.nccl.log import read_files
 from clusterbench.registry import judge
 from clusterbench.results.folder import NCCL_LOGS, load_run
 from clusterbench.results.nccl import NcclFacts
@@ -26,27 +36,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="TARGET", type=Path, help="a run folder, an NCCL log file, or a folder of them")
 
 
-def _run_of(target: Path) -> Run:
-    """The run to diagnose: a run folder's own, else one made of the logs alone."""
-    if (target / "run.json").exists():
+def _left_out(paths: list[Path]) -> str:
+    """The entries left out, with what each is: a few named (a long name shortened), the rest counted."""
+    named = ", ".join(f"{p.name if len(p.name) <= 60 else p.name[:57] + '...'} ({files.kind(p)})" for p in paths[:3])
+    return named + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+def _log(path: Path) -> NcclFacts:
+    """The facts in one log file: whoever wrote several jobs into one file chose them as one log."""
+    facts, (source,) = read_files([path])
+    if not source.nccl:
+        raise UsageError(f"{path}: no NCCL INFO lines in it (is it NCCL's log, written with NCCL_DEBUG=INFO?)")
+    return facts
+
+
+def _run_of(target: Path) -> tuple[Run, list[Path]]:
+    """The run to diagnose, a run folder's own or one made of the logs alone, and the entries left out."""
+    if os.path.lexists(target / "run.json"):
         run = load_run(target)
-        logs = sorted((target / NCCL_LOGS).glob("*.log"))
-        if run.nccl is None and logs:
-            run.nccl = parse_files(logs)
+        skipped: list[Path] = []
         if run.nccl is None:
-            raise UsageError(f"{target} holds no NCCL log: diagnose needs a run on the nccl backend")
-        return run
-    logs = [target] if target.is_file() else sorted(target.glob("*.log")) if target.is_dir() else []
-    if not logs:
-        raise UsageError(f"no run folder or NCCL log at {target}")
-    facts = parse_files(logs)
-    if facts == NcclFacts():
-        raise UsageError(f"{target}: no NCCL INFO lines (was it written with NCCL_DEBUG=INFO?)")
-    return Run(command="diagnose", nccl=facts)
+            run.nccl, skipped = read_folder(target / NCCL_LOGS, own=True)
+        if run.nccl is None:
+            raise UsageError(f"{target} holds no NCCL log: diagnose needs a run on the nccl backend"
+                             + (f" (left out {_left_out(skipped)})" if skipped else ""))
+        return run, skipped
+    if files.is_regular(target):
+        return Run(command="diagnose", nccl=_log(target)), []
+    if not os.path.isdir(target):
+        raise UsageError(f"no run folder or NCCL log at {target}: it is {files.kind(target)}")
+    facts, skipped = read_folder(target, own=False)
+    if facts is None:
+        raise UsageError(f"no run folder or NCCL log at {target}"
+                         + (f" (left out {_left_out(skipped)}: only regular files are read)" if skipped else ""))
+    return Run(command="diagnose", nccl=facts), skipped
 
 
 def main(args: argparse.Namespace) -> int:
-    run = _run_of(args.target)
+    run, skipped = _run_of(args.target)
+    if skipped:
+        print(f"clusterbench: note: left out {_left_out(skipped)}: only regular files are read", file=sys.stderr)
     for line in picture(run.nccl):
         print(line)
     checks = [r for r in default_rules() if all(p.startswith("nccl.") for p in r.patterns)]
@@ -54,10 +83,9 @@ def main(args: argparse.Namespace) -> int:
     print("\n== findings")
     for v in found:
         print(f"  {v.status:<5} {v.check:<16} {v.detail}")
-    if not found:
-        print("  nothing to judge: the log shows no network link" + (
-            "; the RDMA and NVLink checks also need a run folder's hardware picture" if run.hardware is None else ""))
-    return EXIT_FAILED if any(v.status == "FAIL" for v in found) else EXIT_OK
+    verdict = conclusive(overall(found), "the log shows no network link" + (
+        "; the RDMA and NVLink checks also need a run folder's hardware picture" if run.hardware is None else ""))
+    return EXIT_FAILED if verdict == "FAIL" else EXIT_OK
 
 
 COMMAND = ToolCommand("diagnose", "why the numbers are what they are: NCCL's own log, read and judged",

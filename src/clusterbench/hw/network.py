@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 from clusterbench import limits
+from clusterbench.args import clipped
+from clusterbench.errors import UsageError
 from clusterbench.hw.host import numa_of, read, read_int
 from clusterbench.results.hardware import Nic, RdmaPort
 
 _ARPHRD_INFINIBAND = "32"
+_LISTED = 8  # interfaces an error names: a host of containers has hundreds
 
 
 def net_interfaces(base: Path = Path("/sys/class/net")) -> list[Nic]:
@@ -57,3 +61,23 @@ def rdma_ports(base: Path = Path("/sys/class/infiniband")) -> list[RdmaPort]:
                 gbps=limits.nic_gbps(link_layer, rate) if known else None,
             ))
     return ports
+
+
+def check_interface(spec: str) -> None:
+    """Refuse an --iface that names nothing on this host, listing what it has: Gloo and NCCL would find
+    out only once the ranks have started, and say it as a failure of the measurement. `spec` is read
+    as NCCL_SOCKET_IFNAME is (a name or a prefix of one, "=name" exactly, comma-separated); an
+    exclusion ("^docker") names nothing to check."""
+    if spec.startswith("^"):
+        return
+    exact = spec.startswith("=")
+    try:
+        names = [n for _, n in socket.if_nameindex()]
+    except OSError:
+        return  # the host will not say: the backend will
+    wanted = [w.strip() for w in spec.removeprefix("=").split(",")]
+    if all(wanted) and all(any(n == w if exact else n.startswith(w) for n in names) for w in wanted):
+        return
+    more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
+    raise UsageError(f"--iface {clipped(spec)!r}: no such network interface on {socket.gethostname()}; "
+                     f"it has {', '.join(names[:_LISTED])}{more}")

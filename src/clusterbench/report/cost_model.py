@@ -10,7 +10,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 from clusterbench.analyse import predict as pr
 from clusterbench.analyse.cost_model import bent, groups, row_time, span
 from clusterbench.report.blocks import esc, note, num, pct, section, table
-from clusterbench.report.plots import PAIR_SIZE, PALETTE, STYLE, inline_svg
+from clusterbench.report.plots import PAIR_SIZE, PALETTE, drawable, inline_svg, styled
 from clusterbench.results.cost_model import CostModel
 from clusterbench.results.schema import Run
 from clusterbench.units import duration, human_bytes
@@ -77,7 +77,7 @@ def target_cluster(run: Run, model: CostModel) -> tuple[pr.Cluster, str] | None:
 def _fit_plot(run: Run, model: CostModel, op: str) -> str:
     """Measured points, the fitted line and, where the model has the op, each algorithm on the measured shape."""
     links = pr.measured_links(model)
-    with plt.rc_context(STYLE):
+    with styled():
         fig, ax = plt.subplots(figsize=PAIR_SIZE)
         colors = iter(PALETTE)
         for (row_op, link, n), rows in sorted(groups(run).items()):
@@ -86,16 +86,16 @@ def _fit_plot(run: Run, model: CostModel, op: str) -> str:
                 continue
             color = next(colors)
             sizes = sorted({r.size_bytes for r in rows})
-            ax.plot([r.size_bytes for r in rows], [row_time(r, model.stat) for r in rows], "o", markersize=3,
-                    color=color, label=f"{link}, {n} ranks: measured")
-            ax.plot(sizes, [fit.alpha_us + fit.beta_us_per_byte * s for s in sizes], color=color, linewidth=1.4,
-                    label="fit")
+            _plot(ax, [r.size_bytes for r in rows], [row_time(r, model.stat) for r in rows], "o", markersize=3,
+                  color=color, label=f"{link}, {n} ranks: measured")
+            _plot(ax, sizes, [fit.alpha_us + fit.beta_us_per_byte * s for s in sizes], color=color, linewidth=1.4,
+                  label="fit")
             nodes = max(r.nodes for r in rows) if link == "inter" else 1
             if op in pr.ALGORITHMS and "intra" in links and (nodes == 1 or "inter" in links) and n % nodes == 0:
                 shape = pr.Cluster(nodes, n // nodes, links["intra"], links.get("inter"))
                 for (name, time), style in zip(pr.ALGORITHMS[op].items(), (":", "--", "-.")):
-                    ax.plot(sizes, [time(shape, s) for s in sizes], style, color=color, linewidth=1,
-                            label=f"model: {name}")
+                    _plot(ax, sizes, [time(shape, s) for s in sizes], style, color=color, linewidth=1,
+                          label=f"model: {name}")
         _axes(ax, "time per call (µs)")
         ax.set_title(op)
     return inline_svg(fig, f"model-{op}")
@@ -103,19 +103,26 @@ def _fit_plot(run: Run, model: CostModel, op: str) -> str:
 
 def prediction_svg(cluster: pr.Cluster, op: str, predictions: Sequence[pr.Prediction], name: str = "model") -> str:
     """Predicted busbw per algorithm against size; the winner at each size is ringed."""
-    with plt.rc_context(STYLE):
+    with styled():
         fig, ax = plt.subplots(figsize=PAIR_SIZE)
         sizes = [p.size_bytes for p in predictions]
         for i, algo in enumerate(pt.algorithm for pt in predictions[0].points):
             values = [next(pt.busbw_gb_s for pt in p.points if pt.algorithm == algo) for p in predictions]
             color = PALETTE[i % len(PALETTE)]
-            ax.plot(sizes, values, color=color, linewidth=1.4, label=algo)
+            _plot(ax, sizes, values, color=color, linewidth=1.4, label=algo)
             wins = [(p.size_bytes, p.winner.busbw_gb_s) for p in predictions if p.winner.algorithm == algo]
             if wins:
-                ax.plot(*zip(*wins), "o", markersize=4, color=color, markerfacecolor="none")
+                _plot(ax, *zip(*wins), "o", markersize=4, color=color, markerfacecolor="none")
         _axes(ax, "predicted busbw (GB/s)")
         ax.set_title(f"{op}: {cluster.nodes} nodes x {cluster.gpus_per_node} (ringed: fastest)")
     return inline_svg(fig, name)
+
+
+def _plot(ax: plt.Axes, xs: Sequence[float], ys: Sequence[float], *style: str, **kwargs: object) -> None:
+    """A series on log-log axes, its points that cannot be drawn there (NaN, infinite, zero) left out."""
+    points = drawable(xs, ys, log=True)
+    if points:
+        ax.plot(*zip(*points), *style, **kwargs)
 
 
 def _axes(ax: plt.Axes, label: str) -> None:

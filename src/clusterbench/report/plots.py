@@ -11,17 +11,25 @@ away) carry the exact numbers.
 Several SVGs share one HTML document and so one id namespace, while matplotlib numbers
 its ids per figure (figure_1, clip paths, glyphs): every id in a plot, and every
 reference to one, gets the plot's name as a prefix.
+
+Every series passes `drawable` on its way to matplotlib: a NaN or infinite figure (a NaN
+loss, a time that overflowed) is left out of its plot, where matplotlib would fail the whole
+page over one point; the tables beside the plot still show it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
+import math
 import re
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import matplotlib
+import numpy as np
 
 # No display on a cluster node or in CI; the backend must be chosen before pyplot loads.
 matplotlib.use("Agg")
@@ -51,10 +59,28 @@ STYLE = {
 _ID_USES = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """numpy's and matplotlib's warnings silenced: an axis out to 1e300 overflows numpy's powers on the way
+    to its margins and ticks. The picture is still drawn, and the warnings are nothing a user can act on
+    (stderr holds one line, an error's)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@contextlib.contextmanager
+def styled() -> Iterator[None]:
+    """Where a plot of the report is built: its style, and no warning on stderr."""
+    with plt.rc_context(STYLE), _quiet():
+        yield
+
+
 def inline_svg(fig: Figure, name: str) -> str:
     """The figure as an <svg> element (no XML prologue), with ids unique to this plot."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    with _quiet():  # drawing places the ticks
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     svg = text[text.index("<svg"):]
@@ -89,10 +115,20 @@ class Scales:
     latency: Span | None = None
 
 
+def finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)
+
+
+def drawable(*columns: Iterable[float], log: bool = False) -> list[tuple[float, ...]]:
+    """The rows of `columns` (x, y, ...) matplotlib can draw: every value finite, and positive on log axes."""
+    return [row for row in zip(*columns) if finite(*row) and (not log or min(row) > 0)]
+
+
 def log_span(values: Iterable[float]) -> Span | None:
-    """The positive values' range with a margin on log axes; None when none is positive."""
-    positive = [v for v in values if v > 0]
-    return (min(positive) / 1.3, max(positive) * 1.3) if positive else None
+    """The finite positive values' range with a margin on log axes; None when there are none."""
+    positive = [v for (v,) in drawable(values, log=True)]
+    span = (min(positive) / 1.3, max(positive) * 1.3) if positive else None
+    return span if span and all(map(math.isfinite, span)) and span[0] > 0 else None
 
 
 def _plain(v: float, _: object = None) -> str:
@@ -119,13 +155,13 @@ def _value_axis(ax: plt.Axes, label: str, span: Span | None) -> None:
 
 
 def _draw(ax: plt.Axes, curve: Curve, color: str, label: str) -> None:
-    """The curve's positive points (log axes), and its band where it has one."""
-    points = [(s, v) for s, v in zip(curve.sizes, curve.values) if v > 0]
+    """The curve's drawable points (log axes), and its band where it has one."""
+    points = drawable(curve.sizes, curve.values, log=True)
     if points:
         ax.plot(*zip(*points), marker="o", markersize=3, linewidth=1.6, color=color, label=label)
-    if curve.band:
-        low, high = curve.band
-        ax.fill_between(curve.sizes, low, high, color=color, alpha=0.18, linewidth=0, label="p50–p99 of calls")
+    band = drawable(curve.sizes, *curve.band, log=True) if curve.band else []
+    if band:
+        ax.fill_between(*zip(*band), color=color, alpha=0.18, linewidth=0, label="p50–p99 of calls")
 
 
 def _draw_all(ax: plt.Axes, curves: dict[str, Curve], colors: Sequence[str]) -> None:
@@ -136,7 +172,7 @@ def _draw_all(ax: plt.Axes, curves: dict[str, Curve], colors: Sequence[str]) -> 
 def _draw_busbw(ax: plt.Axes, curves: dict[str, Curve], unit_label: str, line: float | None, line_label: str,
                 scales: Scales, colors: Sequence[str]) -> None:
     _draw_all(ax, curves, colors)
-    if line:
+    if line and finite(line) and line > 0:
         ax.axhline(line, color=_INK, linestyle="--", linewidth=1, label=line_label)
     _value_axis(ax, f"busbw ({unit_label})", scales.busbw)
 
@@ -160,7 +196,7 @@ def busbw_plot(
 
     named=False leaves the curves out of the legend, for a plot beside a latency plot that names them.
     """
-    with plt.rc_context(STYLE):
+    with styled():
         fig, ax = plt.subplots(figsize=size)
         if not named:
             curves = {f"_{label}": curve for label, curve in curves.items()}  # "_" keeps a label out
@@ -174,7 +210,7 @@ def busbw_plot(
 def latency_plot(name: str, curves: dict[str, Curve], scales: Scales = Scales(),
                  size: tuple[float, float] = PAIR_SIZE, colors: Sequence[str] = PALETTE) -> str:
     """Time per call (µs) against size on log-log axes: the figure small messages are judged by."""
-    with plt.rc_context(STYLE):
+    with styled():
         fig, ax = plt.subplots(figsize=size)
         _draw_latency(ax, curves, scales, colors)
         _size_axis(ax, scales.sizes)
@@ -186,7 +222,7 @@ def latency_plot(name: str, curves: dict[str, Curve], scales: Scales = Scales(),
 def op_panel_plot(name: str, busbw: Curve, latency: Curve, unit_label: str, line: float | None,
                   line_label: str, scales: Scales, color: str) -> str:
     """A small multiple: busbw above time per call, on one size axis, at the section's shared scales."""
-    with plt.rc_context(STYLE):
+    with styled():
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(PANEL_SIZE[0], 4.2), sharex=True,
                                           gridspec_kw={"hspace": 0.12})
         # The panel's title names the op: only the link line needs a legend entry ("_" hides one).
@@ -200,8 +236,7 @@ def op_panel_plot(name: str, busbw: Curve, latency: Curve, unit_label: str, line
 
 def loss_plot(name: str, losses: Sequence[float], reference: Sequence[float] | None) -> str:
     """The loss per step against the reference curve, and below it the deviation d = l - r."""
-    steps = range(1, len(losses) + 1)
-    with plt.rc_context(STYLE):
+    with styled():
         if not reference:
             fig, top = plt.subplots(figsize=(6.4, 3.0))
         else:
@@ -210,15 +245,13 @@ def loss_plot(name: str, losses: Sequence[float], reference: Sequence[float] | N
             )
         if reference:
             # Drawn first and lighter, so this run's line stays visible where the two agree.
-            top.plot(range(1, len(reference) + 1), reference, color=_MUTED, linewidth=2.4, alpha=0.6,
-                     label="reference")
-        top.plot(steps, losses, color=PALETTE[0], linewidth=1.4, label="this run")
+            top.plot(*_steps(reference), color=_MUTED, linewidth=2.4, alpha=0.6, label="reference")
+        top.plot(*_steps(losses), color=PALETTE[0], linewidth=1.4, label="this run")
         if reference:
-            n = min(len(losses), len(reference))
-            dev = [losses[i] - reference[i] for i in range(n)]
+            dev = _steps([loss - ref for loss, ref in zip(losses, reference)])
             bottom.axhline(0, color=_MUTED, linewidth=0.8)
-            bottom.fill_between(range(1, n + 1), dev, color=PALETTE[1], alpha=0.25, linewidth=0)
-            bottom.plot(range(1, n + 1), dev, color=PALETTE[1], linewidth=1.2)
+            bottom.fill_between(*dev, color=PALETTE[1], alpha=0.25, linewidth=0)
+            bottom.plot(*dev, color=PALETTE[1], linewidth=1.2)
             bottom.set_ylabel("loss − ref")
             bottom.set_xlabel("optimizer step")
             bottom.grid(True, linewidth=0.6)
@@ -230,13 +263,19 @@ def loss_plot(name: str, losses: Sequence[float], reference: Sequence[float] | N
     return inline_svg(fig, name)
 
 
+def _steps(values: Sequence[float]) -> tuple[range, list[float]]:
+    """(steps, values) of a per-step series, 1-based; a step whose value is not finite is a gap (NaN), where an
+    infinite loss would stretch the axis to no end."""
+    return range(1, len(values) + 1), [v if math.isfinite(v) else math.nan for v in values]
+
+
 def heatmap_plot(name: str, labels: Sequence[str], cells: Sequence[Sequence[float | None]], unit: str) -> str:
     """The pairwise matrix: rows send, columns receive; darker is slower, the diagonal blank."""
     n = len(labels)
-    with plt.rc_context(STYLE):
+    with styled():
         side = min(9.0, 2.4 + 0.32 * n)
         fig, ax = plt.subplots(figsize=(side + 1.2, side))
-        values = [[float("nan") if v is None else v for v in row] for row in cells]
+        values = [[v if v is not None and math.isfinite(v) else math.nan for v in row] for row in cells]
         image = ax.imshow(values, cmap="viridis", vmin=0, aspect="equal")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=unit)
         ticks = range(n) if n <= 32 else range(0, n, max(1, n // 16))
@@ -247,6 +286,6 @@ def heatmap_plot(name: str, labels: Sequence[str], cells: Sequence[Sequence[floa
         if n <= 12:
             for i, row in enumerate(cells):
                 for j, v in enumerate(row):
-                    if v is not None:
+                    if v is not None and math.isfinite(v):
                         ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
     return inline_svg(fig, name)

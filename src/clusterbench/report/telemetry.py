@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from clusterbench.report.blocks import details, esc, note, num, section, table
-from clusterbench.report.plots import PALETTE, STYLE, inline_svg
+from clusterbench.report.plots import PALETTE, drawable, finite, inline_svg, styled
 from clusterbench.results.schema import Run
 from clusterbench.results.telemetry import TABLE, DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
 
@@ -93,11 +93,13 @@ def _plot(name: str, label: str, t: Telemetry, series: Series | None, figure: st
     windows = {w.name: w for w in t.stages}
     devices = list(dict.fromkeys(_label(d.host, d.device, hosts) for d in t.devices))
     colors = dict(zip(devices, itertools.cycle(PALETTE[:-1])))
-    with plt.rc_context(STYLE):
+    with styled():
         fig, ax = plt.subplots(figsize=(6.4, 2.8))
         if series is not None:
             for device, points in series.items():
-                ax.plot(*zip(*points), linewidth=1.2, color=colors.get(device, PALETTE[0]), label=device)
+                shown = drawable(*zip(*points))
+                if shown:
+                    ax.plot(*zip(*shown), linewidth=1.2, color=colors.get(device, PALETTE[0]), label=device)
         else:
             _draw_summaries(ax, t.devices, figure, windows, colors, hosts)
         _boundaries(ax, t.stages)
@@ -107,7 +109,8 @@ def _plot(name: str, label: str, t: Telemetry, series: Series | None, figure: st
         if figure == "util_pct":
             ax.set_ylim(0, 105)  # a share: a dip from 100 to 90 must not fill the plot
         ax.grid(True, axis="y", linewidth=0.6)
-        if 1 < len(devices) <= _LEGEND_MAX:
+        # A samples file with no rows draws no line to name.
+        if 1 < len(devices) <= _LEGEND_MAX and ax.get_legend_handles_labels()[0]:
             # Below the axes: inside, it would hide the lines it names.
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=min(6, len(devices)))
     return inline_svg(fig, name)
@@ -119,7 +122,7 @@ def _draw_summaries(ax: plt.Axes, rows: list[DeviceStage], figure: str, windows:
     for d in rows:
         spread: Spread | None = getattr(d, figure)
         w = windows.get(d.stage)
-        if spread is None or w is None:
+        if spread is None or w is None or not finite(w.start_s, w.end_s, spread.min, spread.median, spread.max):
             continue
         device = _label(d.host, d.device, hosts)
         ax.fill_between([w.start_s, w.end_s], spread.min, spread.max, color=colors[device], alpha=0.15, linewidth=0)
@@ -129,6 +132,7 @@ def _draw_summaries(ax: plt.Axes, rows: list[DeviceStage], figure: str, windows:
 
 
 def _boundaries(ax: plt.Axes, stages: list[StageWindow]) -> None:
+    stages = [w for w in stages if finite(w.start_s, w.end_s)]
     if not stages:
         return
     span = max(w.end_s for w in stages) - min(w.start_s for w in stages) or 1.0

@@ -2,10 +2,11 @@
 
 The schema is plain dataclasses with type hints; this module is the only code that turns
 them into JSON values and JSON values into them. Reading checks each value against its
-field's type (and a `min` in the field's metadata) and refuses fields the schema does not
-have, so a document that has the right shape but wrong contents is refused at the boundary
-with the path of the field at fault, instead of failing later in code that formats or
-divides it.
+field's type and the bounds in the field's metadata (`bounds`: what a measurement of that kind
+can be), runs a record's own check of how its fields agree (a `__post_init__` that raises
+ValueError), and refuses fields the schema does not have, so a document that has the right
+shape but wrong contents is refused at the boundary with the path of the field at fault,
+instead of failing later in code that formats, fits or divides it.
 
 JSON is written strictly: a float that is not finite (a NaN loss) becomes null, so jq,
 JavaScript and pandas read every file; fields that may hold such a value are typed
@@ -21,6 +22,31 @@ import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
+
+_EXACT = 2**53  # the largest whole number every float up to it holds exactly
+_BOUNDS = ("min", "above", "max")
+
+
+def bounds(low: float | None = None, high: float | None = None, *, above: float | None = None,
+           zero: bool = False) -> dict[str, Any]:
+    """Field metadata: the value (or each value of a list, tuple or mapping) is at least `low` ("min"),
+    more than `above`, at most `high` ("max"); `zero` also accepts exactly 0 (a clock that did not tick)."""
+    given = {"min": low, "above": above, "max": high, "zero": zero or None}
+    return {key: value for key, value in given.items() if value is not None}
+
+
+# What a measurement can be. No clock clusterbench reads ticks finer than a nanosecond and nothing it
+# times runs for a year; a mean or a quantile of many ticks can be finer than one, so a time starts
+# at a femtosecond. Past these a figure (a duration of 1e-300 or 1e300 s) is a damaged file, not a reading.
+YEAR_S = 365.25 * 24 * 3600
+SECONDS = bounds(1e-15, YEAR_S)
+ELAPSED_S = bounds(1e-15, YEAR_S, zero=True)  # a step or a timed window: 0 when nothing was timed
+MICROSECONDS = bounds(1e-9, YEAR_S * 1e6)
+TICKS_US = bounds(1e-9, YEAR_S * 1e6, zero=True)  # a quantile of calls' times: 0 when the clock did not tick
+NONNEGATIVE = bounds(0)  # counts of what went wrong, tokens, rates, errors, spreads
+AT_LEAST_ONE = bounds(1)  # ranks, steps, iterations, points: something was there
+MESSAGE_BYTES = bounds(1, 2**50)  # a message holds a byte at least; no device holds a pebibyte
+POSITIVE = bounds(above=0)  # a learning rate, a sampling rate, a peak
 
 
 class SchemaError(ValueError):
@@ -61,7 +87,12 @@ def load(tp: Any, value: Any, where: str = "") -> Any:
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise SchemaError(where, f"expected a list, got {_show(value)}")
-        item = typing.get_args(tp)[0] if typing.get_args(tp) else Any
+        args = typing.get_args(tp)
+        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, int]: that many, each its type
+            if len(value) != len(args):
+                raise SchemaError(where, f"expected a list of {len(args)} values, got {len(value)}")
+            return tuple(load(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(args, value)))
+        item = args[0] if args else Any
         items = [load(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
@@ -94,9 +125,13 @@ def _scalar(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SchemaError(where, f"expected a number, got {_show(value)}")
+        if not math.isfinite(value):
+            raise SchemaError(where, f"{value} is not a finite number")
         return float(value)
     if tp is int:
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+        # 3.0 is a whole number as JSON writers outside Python spell it; past 2**53 a float is not exact.
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer()
+                                                                       and abs(value) <= _EXACT)):
             raise SchemaError(where, f"expected a whole number, got {_show(value)}")
         return int(value)
     if tp is bool:
@@ -125,11 +160,35 @@ def _record(cls: type, value: Any, where: str) -> Any:
                 raise SchemaError(path, "missing")
             continue
         loaded = load(hints[f.name], value[f.name], path)
-        low = f.metadata.get("min")
-        if low is not None and isinstance(loaded, (int, float)) and not loaded >= low:
-            raise SchemaError(path, f"must be at least {low:g}, got {loaded:g}")
+        if any(key in f.metadata for key in _BOUNDS):
+            _check_bounds(f.metadata, loaded, path)
         kwargs[f.name] = loaded
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as e:  # the record's own check: fields that cannot all be true at once
+        raise SchemaError(where, str(e)) from None
+
+
+def _check_bounds(meta: Any, value: Any, where: str) -> None:
+    if isinstance(value, (list, tuple)):
+        items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    elif isinstance(value, dict):
+        items = [(f"{where}.{k}", v) for k, v in value.items()]
+    else:
+        items = [(where, value)]
+    low, above, high = (meta.get(key) for key in _BOUNDS)
+    for path, v in items:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (meta.get("zero") and v == 0):
+            continue
+        if (low is not None and not v >= low) or (above is not None and not v > above) or \
+                (high is not None and not v <= high):
+            raise SchemaError(path, f"must be {_range_text(meta)}, got {v:g}")
+
+
+def _range_text(meta: Any) -> str:
+    words = {"min": "at least", "above": "more than", "max": "at most"}
+    text = " and ".join(f"{words[key]} {meta[key]:g}" for key in _BOUNDS if key in meta)
+    return f"0 or {text}" if meta.get("zero") else text
 
 
 @functools.cache

@@ -1,10 +1,11 @@
 """Every JSON document clusterbench reads or writes: a kind, a schema version, a typed record.
 
-Run folders (run.json), baselines and loss references go through one reader: it refuses a
-file that is missing, half-written, of another kind, of a newer version or with a field
-that does not fit, in one line naming the file and the field; it upgrades an older
-version step by step. Writes are atomic and strict JSON, with the mode the user's umask
-gives (a report copied to a web server must be readable).
+Run folders (run.json), baselines and loss references go through one reader: the boundary
+(inputs/) refuses a file that is not a regular file, too large, half-written, nested without
+bound or holding a number that is not finite; this module refuses one of another kind, whose
+schema_version is not a whole number it knows, or with a field that does not fit, in one line
+naming the file and the field; it upgrades an older version step by step. Writes are atomic and
+strict JSON, with the mode the user's umask gives (a report copied to a web server must be readable).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError
+from clusterbench.inputs import documents as inputs
 from clusterbench.results import codec
 from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1, upgrade_v2, upgrade_v3
 
@@ -54,7 +56,11 @@ class MetricStats:
     mean: float
     min: float
     max: float
-    count: int = field(metadata={"min": 1})
+    count: int = field(metadata=codec.AT_LEAST_ONE)
+
+    def __post_init__(self) -> None:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}")
 
 
 @dataclass(frozen=True)
@@ -87,26 +93,26 @@ class LossReference:
 
     task: str
     model: ReferenceModel
-    global_batch: int
-    seq_len: int
+    global_batch: int = field(metadata=codec.AT_LEAST_ONE)
+    seq_len: int = field(metadata=codec.AT_LEAST_ONE)
     packing: bool
-    steps: int = field(metadata={"min": 1})
+    steps: int = field(metadata=codec.AT_LEAST_ONE)
     seed: int
     dtype: str
-    lr: float
-    lr_warmup_steps: int
-    micro_batch: int
+    lr: float = field(metadata=codec.NONNEGATIVE)
+    lr_warmup_steps: int = field(metadata=codec.NONNEGATIVE)
+    micro_batch: int = field(metadata=codec.AT_LEAST_ONE)
     parallel: str
-    world_size: int
+    world_size: int = field(metadata=codec.AT_LEAST_ONE)
     hardware: ReferenceHardware
     clusterbench_version: str
     command: list[str]
-    repeats: int = field(metadata={"min": 1})
-    max_relative_deviation: float = field(metadata={"min": 0})
-    noise_band: float = field(metadata={"min": 0})
-    variance_limit: float = field(metadata={"min": 0})
-    mre_limit: float = field(metadata={"min": 0})
-    losses: list[float]
+    repeats: int = field(metadata=codec.AT_LEAST_ONE)
+    max_relative_deviation: float = field(metadata=codec.NONNEGATIVE)
+    noise_band: float = field(metadata=codec.NONNEGATIVE)
+    variance_limit: float = field(metadata=codec.NONNEGATIVE)
+    mre_limit: float = field(metadata=codec.NONNEGATIVE)
+    losses: list[float] = field(metadata=codec.POSITIVE)  # a cross-entropy the alignment divides by
     kind: str = "clusterbench-loss-reference"
     schema_version: int = 1
 
@@ -121,39 +127,27 @@ REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, Los
                  hint="make one with clusterbench train --save-reference")
 
 
-def read_json(path: Path, label: str) -> Any:
-    """A JSON file, or a one-line UsageError saying why it cannot be read."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{label}: cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{label}: not valid JSON (half-written or corrupt): {e.msg} at line {e.lineno}") from None
-
-
 def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
     """The document at `path` as `kind`'s record, upgraded to the current version."""
     label = label or str(path)
-    doc = read_json(path, label)
+    doc = inputs.read_json(Path(path), label)
     if not isinstance(doc, dict):
         raise UsageError(f"{label}: not a clusterbench {kind.label} ({kind.hint})")
     marked = doc.get("kind")
     if marked == kind.name and "schema_version" in doc:
-        version = doc["schema_version"]
+        found = doc["schema_version"]
     else:
-        version = kind.legacy(doc) if marked in (None, kind.name) else None
-    if version is None:
+        found = kind.legacy(doc) if marked in (None, kind.name) else None
+    if found is None:
         what = f"a {marked}, " if isinstance(marked, str) and marked.startswith("clusterbench-") else ""
         raise UsageError(f"{label}: {what}not a clusterbench {kind.label} ({kind.hint})")
-    if not isinstance(version, int) or version > kind.version:
-        raise UsageError(f"{label} has schema version {version}; this clusterbench reads {kind.label} "
-                         f"versions up to {kind.version}: upgrade clusterbench to read it")
-    while version < kind.version:
-        if version not in kind.upgrades:
-            raise UsageError(f"{label} has schema version {version}, too old for this clusterbench: {kind.hint}")
-        doc = kind.upgrades[version](doc)
-        version += 1
+    version = inputs.version(found, label, kind.version, kind.label)
     try:
+        while version < kind.version:
+            if version not in kind.upgrades:
+                raise UsageError(f"{label} has schema version {version}, too old for this clusterbench: {kind.hint}")
+            doc = kind.upgrades[version](doc)
+            version += 1
         return codec.load(kind.record, doc)
     except codec.SchemaError as e:
         raise UsageError(f"{label}: field {e}") from None

@@ -2,6 +2,10 @@
 
 Rank 0 owns the folder and rewrites each file atomically whenever a result arrives, so a
 run that stops early still leaves parseable files with every row measured so far.
+
+Nothing written earlier is replaced unasked: a run folder that holds a run's files, and any
+file a command would write over (a run's run.json, one of the command's own inputs, an earlier
+output), is refused unless the user adds --overwrite.
 """
 
 from __future__ import annotations
@@ -35,17 +39,48 @@ def default_run_dir(command: str) -> Path:
 
 
 def claim(path: Path, overwrite: bool) -> Path:
-    """Make `path` this run's folder before any work starts: writable, and holding no earlier run
-    unless `overwrite` (then the earlier run's files go, so none of them is mistaken for this one's)."""
+    """Make `path` this run's folder before any work starts: writable, and holding no earlier run's
+    files unless `overwrite` (then they go, so none of them is mistaken for this one's)."""
+    if path.exists() and not path.is_dir():  # a run.json, a baseline: never replaced by a folder
+        raise UsageError(f"--out {path} is a file, not a folder: give the folder the run's files go to")
     documents.check_writable(path, "the run folder")
-    if (path / "run.json").exists():
-        if not overwrite:
-            raise UsageError(f"--out {path} already holds a run (run.json): choose another folder, "
-                             "or add --overwrite to replace it")
-        for file in result_files(path):
-            file.unlink(missing_ok=True)
-        shutil.rmtree(path / NCCL_LOGS, ignore_errors=True)
+    found = [f for f in [*result_files(path), path / NCCL_LOGS] if _exists(f)]
+    if found and not overwrite:
+        what = ("a run (run.json)" if path / "run.json" in found
+                else f"a run's files ({', '.join(f.name for f in found)})")
+        raise UsageError(f"--out {path} already holds {what}: choose another folder, or add --overwrite to replace it")
+    for file in found:
+        _remove(file, path)
     return path
+
+
+def _remove(file: Path, folder: Path) -> None:
+    """An earlier run's file, or its folder of NCCL logs; anything else in the way is the user's to move."""
+    try:
+        if file.name == NCCL_LOGS and file.is_dir() and not file.is_symlink():
+            shutil.rmtree(file)
+        else:
+            file.unlink()
+    except OSError as e:
+        raise UsageError(f"--out {folder}: cannot remove the earlier {file.name} ({e.strerror or e})") from None
+
+
+def check_output(path: Path, label: str, overwrite: bool) -> Path:
+    """`path` as a file a command may write: never a folder, and never an existing file (a run's run.json,
+    an input of the same command, an earlier output) unless `overwrite`."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{label} {path} is a folder: give the name of a file to write")
+    if _exists(path) and not overwrite:
+        run = path.name == "run.json" or ((path.parent / "run.json").exists() and path in result_files(path.parent))
+        what = f" and is part of the run in {path.parent}" if run else ""
+        raise UsageError(f"{label} {path} already exists{what}: write elsewhere, or add --overwrite to replace it")
+    return path
+
+
+def _exists(path: Path) -> bool:
+    """True for anything at `path`, a broken symbolic link included."""
+    return path.exists() or path.is_symlink()
 
 
 class RunFolder:
@@ -128,18 +163,25 @@ def announce(path: Path, stream: Any) -> None:
     print(f"# results: {', '.join(str(f) for f in result_files(path) if f.exists())}", file=stream, flush=True)
 
 
+def _run_json(path: str | Path) -> Path:
+    """The run.json of a run folder given as the folder or as the file."""
+    p = Path(path)
+    return p / "run.json" if p.is_dir() else p
+
+
 def load_run(path: str | Path) -> Run:
     """A run folder (or its run.json), checked field by field and upgraded to this version."""
-    p = Path(path)
-    file = p / "run.json" if p.is_dir() else p
+    file = _run_json(path)
     if not file.exists():
         raise UsageError(f"no run found at {path}: {file} does not exist")
     return documents.read(file, documents.RUN)
 
 
-def save_run(run_dir: Path, run: Run) -> None:
-    """Write a run that was loaded, after its conclusion changed it."""
-    _write(Path(run_dir) / "run.json", documents.to_text(run))
+def save_run(path: str | Path, run: Run) -> Path:
+    """Write a run that was loaded (from its folder or its run.json), after its conclusion changed it."""
+    file = _run_json(path)
+    _write(file, documents.to_text(run))
+    return file
 
 
 def _write(path: Path, text: str) -> None:

@@ -8,20 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clusterbench.results.codec import AT_LEAST_ONE, MESSAGE_BYTES, NONNEGATIVE, SECONDS
+
 
 @dataclass(frozen=True)
 class Cpu:
     model: str | None = None
-    logical_cores: int | None = None
-    physical_cores: int | None = None
-    usable_cores: int | None = None  # what the container or cgroup lets this process use
+    logical_cores: int | None = field(default=None, metadata=AT_LEAST_ONE)
+    physical_cores: int | None = field(default=None, metadata=AT_LEAST_ONE)
+    # what the container or cgroup lets this process use
+    usable_cores: int | None = field(default=None, metadata=AT_LEAST_ONE)
 
 
 @dataclass(frozen=True)
 class NumaNode:
-    node: int
+    node: int = field(metadata=NONNEGATIVE)
     cpus: str | None = None
-    memory_bytes: int | None = None
+    memory_bytes: int | None = field(default=None, metadata=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,8 @@ class PcieLink:
     width_current: int | None = None
     gen_max: int | None = None
     width_max: int | None = None
-    gbps: float | None = None  # at the max generation and width
-    gbps_current: float | None = None
+    gbps: float | None = field(default=None, metadata=NONNEGATIVE)  # at the max generation and width
+    gbps_current: float | None = field(default=None, metadata=NONNEGATIVE)
     downtrained: bool | None = None
     under_load: bool = False
     note: str | None = None
@@ -51,17 +54,17 @@ class PcieLink:
 
 @dataclass(frozen=True)
 class Gpu:
-    index: int
+    index: int = field(metadata=NONNEGATIVE)
     name: str | None = None
     uuid: str | None = None
     bus_id: str | None = None  # as sysfs spells it: 0000:18:00.0
     numa_node: int | None = None
-    memory_bytes: int | None = None
-    peak_bf16_tflops: float | None = None
+    memory_bytes: int | None = field(default=None, metadata=NONNEGATIVE)
+    peak_bf16_tflops: float | None = field(default=None, metadata=NONNEGATIVE)
     nvlink_links: list[NvLink] = field(default_factory=list)
-    nvlink_active: int = 0
+    nvlink_active: int = field(default=0, metadata=NONNEGATIVE)
     nvlink_version: int | None = None
-    nvlink_gbps: float | None = None
+    nvlink_gbps: float | None = field(default=None, metadata=NONNEGATIVE)
     pcie: PcieLink = field(default_factory=PcieLink)
 
 
@@ -74,7 +77,7 @@ class Nic:
     link_layer: str = "Ethernet"
     virtual: bool = False
     numa_node: int | None = None
-    gbps: float | None = None
+    gbps: float | None = field(default=None, metadata=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
@@ -84,18 +87,18 @@ class RdmaPort:
     link_layer: str | None = None
     kind: str | None = None  # InfiniBand or RoCE
     state: str | None = None
-    rate_gbit: float | None = None
+    rate_gbit: float | None = field(default=None, metadata=NONNEGATIVE)
     rate_text: str | None = None
     label: str | None = None  # "IB NDR", "RoCE 400GbE"
     numa_node: int | None = None
-    gbps: float | None = None
+    gbps: float | None = field(default=None, metadata=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
 class Hardware:
     hostname: str
     cpu: Cpu = field(default_factory=Cpu)
-    memory_bytes: int | None = None
+    memory_bytes: int | None = field(default=None, metadata=NONNEGATIVE)
     numa_nodes: list[NumaNode] = field(default_factory=list)
     versions: dict[str, str | None] = field(default_factory=dict)
     gpus: list[Gpu] = field(default_factory=list)
@@ -110,20 +113,21 @@ class Hardware:
 class MatmulPeak:
     device: str
     dtype: str
-    n: int
-    tflops: float
-    iters: int
-    seconds: float
-    table_tflops: float | None = None  # the datasheet figure, where the peak table knows the device
+    n: int = field(metadata=AT_LEAST_ONE)
+    tflops: float = field(metadata=NONNEGATIVE)
+    iters: int = field(metadata=AT_LEAST_ONE)
+    seconds: float = field(metadata=SECONDS)
+    # the datasheet figure, where the peak table knows the device
+    table_tflops: float | None = field(default=None, metadata=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
 class CopyPeak:
     device: str
-    nbytes: int
-    gbps: float  # read and write both counted
-    iters: int
-    seconds: float
+    nbytes: int = field(metadata=MESSAGE_BYTES)
+    gbps: float = field(metadata=NONNEGATIVE)  # read and write both counted
+    iters: int = field(metadata=AT_LEAST_ONE)
+    seconds: float = field(metadata=SECONDS)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clusterbench.results.codec import AT_LEAST_ONE, NONNEGATIVE
+
+# Bounds here are what NCCL's log can say (its numbers are unsigned): a log is read as it is, so a
+# stricter bound would make a folder unreadable after a run that recorded a strange log.
+
 
 @dataclass(frozen=True)
 class NcclRank:
     """One rank of a communicator, from its "comm ... rank R nranks N cudaDev D ... - Init" line."""
 
-    rank: int
-    nranks: int
+    rank: int = field(metadata=NONNEGATIVE)
+    nranks: int = field(metadata=NONNEGATIVE)
     host: str | None = None
     cuda_dev: int | None = None
     nvml_dev: int | None = None
@@ -28,12 +33,13 @@ class NcclRank:
 class NcclPeer:
     """A connection NCCL set up from one rank to another, with every channel that uses it."""
 
-    src_rank: int
-    dst_rank: int | None  # None for a CollNet link: a rank into the network's own reduction
+    src_rank: int = field(metadata=NONNEGATIVE)
+    # None for a CollNet link: a rank into the network's own reduction
+    dst_rank: int | None = field(metadata=NONNEGATIVE)
     transport: str  # P2P, SHM, NET or COLLNET
     via: str  # as NCCL wrote it after "via": P2P/CUMEM/read, SHM/direct/direct, NET/IB/0/GDRDMA, NET/Socket/0
     side: str | None = None  # NET and COLLNET: "send" or "receive", the end whose log said so
-    channels: list[int] = field(default_factory=list)
+    channels: list[int] = field(default_factory=list, metadata=NONNEGATIVE)
     net: str | None = None  # NET and COLLNET: the network (IB, Socket, IBext_v8, ...)
     net_dev: int | None = None  # NET and COLLNET: the NIC's index in the "NET/... : Using" list
     proxy_rank: int | None = None  # PXN: the rank on the same node whose NIC carries the traffic
@@ -65,14 +71,15 @@ class NcclRing:
 class NcclAlgo:
     """One algorithm and protocol choice NCCL logged for a collective of a given size (TUNING, rank 0)."""
 
-    size_bytes: int
+    size_bytes: int = field(metadata=NONNEGATIVE)
     algorithm: str  # TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT
     protocol: str  # LL, LL128, SIMPLE
     op: str | None = None  # AllReduce, AllGather...; NCCL 2.20-2.22 did not say
     channel_lo: int | None = None  # NCCL 2.24+: the channels the collective ran on
     channel_hi: int | None = None
-    model_time_us: float | None = None  # NCCL 2.20-2.23: its cost model's estimate, not a measurement
-    calls: int = 1  # how many times the log repeated this choice
+    # NCCL 2.20-2.23: its cost model's estimate, not a measurement
+    model_time_us: float | None = field(default=None, metadata=NONNEGATIVE)
+    calls: int = field(default=1, metadata=AT_LEAST_ONE)  # how many times the log repeated this choice
 
 
 @dataclass(frozen=True)
@@ -83,14 +90,17 @@ class NcclFacts:
     cuda_build: str | None = None  # the CUDA NCCL was built for ("+cuda12.4")
     cuda_driver: str | None = None  # the CUDA version the driver supports (cudaDriverVersion 12040 -> 12.4)
     hosts: list[str] = field(default_factory=list)
-    nodes: int | None = None  # NCCL's own count of nodes in the largest communicator (2.19+)
+    # NCCL's own count of nodes in the largest communicator (2.19+)
+    nodes: int | None = field(default=None, metadata=NONNEGATIVE)
     ranks: list[NcclRank] = field(default_factory=list)
     peers: list[NcclPeer] = field(default_factory=list)
     net: NcclNet = field(default_factory=NcclNet)
-    channels: int | None = None  # collective channels (the most any communicator used)
-    p2p_channels: int | None = None
+    # collective channels (the most any communicator used)
+    channels: int | None = field(default=None, metadata=NONNEGATIVE)
+    p2p_channels: int | None = field(default=None, metadata=NONNEGATIVE)
     nvls_supported: bool | None = None  # NVLink SHARP multicast available on the GPUs
-    nvls_channels: int | None = None  # more than 0: NVLS was set up and may run
+    # more than 0: NVLS was set up and may run
+    nvls_channels: int | None = field(default=None, metadata=NONNEGATIVE)
     collnet: bool | None = None  # True: CollNet (SHARP) connected; False: NCCL said it is off or unsupported
     collnet_plugin: str | None = None
     rings: list[NcclRing] = field(default_factory=list)  # the first communicator's, by channel

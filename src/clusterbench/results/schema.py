@@ -17,6 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from clusterbench import __version__
+from clusterbench.inputs.documents import whole_number
+from clusterbench.results.codec import (
+    AT_LEAST_ONE,
+    ELAPSED_S,
+    MESSAGE_BYTES,
+    MICROSECONDS,
+    NONNEGATIVE,
+    POSITIVE,
+    TICKS_US,
+    SchemaError,
+    bounds,
+)
 from clusterbench.results.cost_model import CostModel
 from clusterbench.results.hardware import Hardware, Peaks
 from clusterbench.results.nccl import NcclFacts
@@ -31,9 +43,9 @@ Status = Literal["running", "complete", "failed", "interrupted"]
 class Placement:
     """Where one rank ran."""
 
-    rank: int
+    rank: int = field(metadata=NONNEGATIVE)
     node: str
-    local_rank: int
+    local_rank: int = field(metadata=NONNEGATIVE)
     device: str
     cpus: str | None = None  # the CPUs it may run on, in the kernel's list form (0-55,112-167)
     cpu_numa: list[int] = field(default_factory=list)  # the NUMA nodes of those CPUs
@@ -52,7 +64,7 @@ class Env:
     cuda: str | None = None
     backend: str | None = None
     backend_version: str | None = None
-    world_size: int | None = None
+    world_size: int | None = field(default=None, metadata=AT_LEAST_ONE)
     device_type: str | None = None
     hosts: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
@@ -65,23 +77,24 @@ class CommOptions:
 
     ops: tuple[str, ...] = ("all_reduce",)
     bidirectional: bool = False  # pt2pt sends both ways at once
-    min_bytes: int = 8
-    max_bytes: int | None = None  # None: the device's default (64 MiB CPU; 1 GiB capped by free memory GPU)
-    step_factor: float = 2.0
+    min_bytes: int = field(default=8, metadata=MESSAGE_BYTES)
+    # None: the device's default (64 MiB CPU; 1 GiB capped by free memory GPU)
+    max_bytes: int | None = field(default=None, metadata=MESSAGE_BYTES)
+    step_factor: float = field(default=2.0, metadata=bounds(1))
     dtype: str = "float32"
     reduce_op: str = "sum"
     in_place: bool = False
-    root: int = 0
-    iters: int | None = None  # None: auto
-    warmup: int = 5
-    time_budget_s: float = 0.25
+    root: int = field(default=0, metadata=NONNEGATIVE)
+    iters: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: auto
+    warmup: int = field(default=5, metadata=NONNEGATIVE)
+    time_budget_s: float = field(default=0.25, metadata=POSITIVE)
     rank_time: str = "max"
     timing: str | None = None  # stamps, loop or graph; None: loop on GPUs, stamps on CPUs
     check: bool = True
     unit: str = "Gbps"
     scope: str = "global"  # global, intra, inter or all (docs/methodology.md §8)
     pattern: str = "single"  # single (the sweep), ring, incast or pairwise
-    flag_below: float = 0.8  # pairwise: flag what is below this fraction of its class's median
+    flag_below: float = field(default=0.8, metadata=NONNEGATIVE)  # pairwise: flag what is below this fraction of its class's median
     nodes_only: bool = False  # pairwise: one rank per node
     nccl_algos: tuple[str, ...] = ()  # sweep once per NCCL_ALGO (scope "algo") in place of the global sweep
     algos: tuple[str, ...] = ("native",)  # --algo: the native op and/or send/recv algorithms, side by side
@@ -92,26 +105,26 @@ class CommRow:
     """One message size of one collective, as printed and as stored (docs/methodology.md §1)."""
 
     op: str
-    size_bytes: int
-    count: int
+    size_bytes: int = field(metadata=MESSAGE_BYTES)
+    count: int = field(metadata=AT_LEAST_ONE)
     dtype: str
-    world_size: int
+    world_size: int = field(metadata=AT_LEAST_ONE)
     in_place: bool
-    duration_us: float
-    throughput_gbps: float
-    busbw_gbps: float
-    wrong: int = field(metadata={"min": 0})
-    iters: int
-    p50_us: float
-    p99_us: float
-    min_us: float
-    max_us: float
-    cv: float
+    duration_us: float = field(metadata=MICROSECONDS)  # the mean: the sweep divides the size by it
+    throughput_gbps: float = field(metadata=NONNEGATIVE)
+    busbw_gbps: float = field(metadata=NONNEGATIVE)
+    wrong: int = field(metadata=NONNEGATIVE)
+    iters: int = field(metadata=AT_LEAST_ONE)
+    p50_us: float = field(metadata=TICKS_US)
+    p99_us: float = field(metadata=TICKS_US)
+    min_us: float = field(metadata=TICKS_US)
+    max_us: float = field(metadata=TICKS_US)
+    cv: float = field(metadata=NONNEGATIVE)
     reduce_op: str | None = None
-    root: int | None = None
+    root: int | None = field(default=None, metadata=NONNEGATIVE)
     scope: str = "global"
     team: str = "all"  # the ranks measured together: all, a node's name, or "rail k"
-    nodes: int = 1  # the nodes those ranks span
+    nodes: int = field(default=1, metadata=AT_LEAST_ONE)  # the nodes those ranks span
     timing: str = "stamps"  # how it was timed: stamps (p50..cv over calls), loop or graph (over batches)
     algo: str = "native"  # the backend's own op, or a send/recv algorithm of comm/algos.py (scope "algo")
 
@@ -127,15 +140,15 @@ class CommRow:
 class PairRow:
     """--pattern pairwise: one direction of one pair, as its receiver measured it (docs/methodology.md §8)."""
 
-    src: int
-    dst: int
+    src: int = field(metadata=NONNEGATIVE)
+    dst: int = field(metadata=NONNEGATIVE)
     src_node: str
     dst_node: str
-    size_bytes: int
-    gbps: float  # src -> dst, one message stream alone on the pair's links
-    latency_us: float  # half the round trip of a small message between the two
-    wrong: int = field(metadata={"min": 0})
-    round: int = 0
+    size_bytes: int = field(metadata=MESSAGE_BYTES)
+    gbps: float = field(metadata=NONNEGATIVE)  # src -> dst, one message stream alone on the pair's links
+    latency_us: float = field(metadata=TICKS_US)  # half the round trip of a small message between the two
+    wrong: int = field(metadata=NONNEGATIVE)
+    round: int = field(default=0, metadata=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
@@ -143,55 +156,55 @@ class TrainConfig:
     """What defines the fine-tuning task; the comparable part of it is a reference's identity."""
 
     preset: str
-    model_params: int | None
+    model_params: int | None = field(metadata=AT_LEAST_ONE)
     model_config: dict[str, Any]
     model_hash: str
     parallel: str
     dtype: str
-    world_size: int
-    global_batch: int
-    micro_batch: int
-    grad_accum: int
-    seq_len: int
+    world_size: int = field(metadata=AT_LEAST_ONE)
+    global_batch: int = field(metadata=AT_LEAST_ONE)
+    micro_batch: int = field(metadata=AT_LEAST_ONE)
+    grad_accum: int = field(metadata=AT_LEAST_ONE)
+    seq_len: int = field(metadata=AT_LEAST_ONE)
     packing: bool
-    steps: int
-    warmup_steps: int
-    lr: float
-    lr_warmup_steps: int
+    steps: int = field(metadata=AT_LEAST_ONE)
+    warmup_steps: int = field(metadata=NONNEGATIVE)
+    lr: float = field(metadata=NONNEGATIVE)
+    lr_warmup_steps: int = field(metadata=NONNEGATIVE)
     seed: int
     task: str
     activation_checkpointing: bool = False
-    repeats: int = 1
+    repeats: int = field(default=1, metadata=AT_LEAST_ONE)
 
 
 @dataclass(frozen=True)
 class StepRow:
-    step: int
-    loss: float | None  # null: the loss was not finite
-    tokens: int  # padded tokens of the global batch
-    real_tokens: int
-    loss_tokens: int
-    seconds: float
+    step: int = field(metadata=NONNEGATIVE)
+    loss: float | None = field(metadata=NONNEGATIVE)  # null: the loss was not finite
+    tokens: int = field(metadata=NONNEGATIVE)  # padded tokens of the global batch
+    real_tokens: int = field(metadata=NONNEGATIVE)
+    loss_tokens: int = field(metadata=NONNEGATIVE)
+    seconds: float = field(metadata=ELAPSED_S)
     in_window: bool
-    tgs: float | None
+    tgs: float | None = field(metadata=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
 class TrainSummary:
     """Speed figures of the timed window (docs/methodology.md §4)."""
 
-    steps_done: int
-    tokens: int
-    window_s: float
-    tgs: float | None
-    padded_tgs: float | None
-    flops_per_step: float | None  # None: no FLOPs formula for this model
-    tflops_per_device: float | None
-    mfu: float | None
-    hfu: float | None
-    peak_tflops: float
+    steps_done: int = field(metadata=NONNEGATIVE)
+    tokens: int = field(metadata=NONNEGATIVE)
+    window_s: float = field(metadata=ELAPSED_S)  # 0: no step was timed
+    tgs: float | None = field(metadata=NONNEGATIVE)
+    padded_tgs: float | None = field(metadata=NONNEGATIVE)
+    flops_per_step: float | None = field(metadata=NONNEGATIVE)  # None: no FLOPs formula for this model
+    tflops_per_device: float | None = field(metadata=NONNEGATIVE)
+    mfu: float | None = field(metadata=NONNEGATIVE)
+    hfu: float | None = field(metadata=NONNEGATIVE)
+    peak_tflops: float = field(metadata=NONNEGATIVE)
     peak_source: str
-    peak_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = field(default=None, metadata=NONNEGATIVE)
     peak_memory_kind: str | None = None
     status: Literal["complete", "nan"] = "complete"
     stop_reason: str | None = None
@@ -202,15 +215,15 @@ class Alignment:
     """The loss curve against a reference (docs/methodology.md §5)."""
 
     reference: str
-    reference_losses: list[float]
-    steps_compared: int
-    variance: float | None
-    mre: float | None
-    mre_window: tuple[int, ...]
-    max_abs_dev: float | None
-    first_step_error: float | None
-    variance_limit: float
-    mre_limit: float
+    reference_losses: list[float] = field(metadata=NONNEGATIVE)
+    steps_compared: int = field(metadata=NONNEGATIVE)
+    variance: float | None = field(metadata=NONNEGATIVE)
+    mre: float | None = field(metadata=NONNEGATIVE)
+    mre_window: tuple[int, ...] = field(metadata=NONNEGATIVE)
+    max_abs_dev: float | None = field(metadata=NONNEGATIVE)
+    first_step_error: float | None = field(metadata=NONNEGATIVE)
+    variance_limit: float = field(metadata=NONNEGATIVE)
+    mre_limit: float = field(metadata=NONNEGATIVE)
     verdict: Literal["PASS", "FAIL"]
     reasons: list[str] = field(default_factory=list)
 
@@ -219,7 +232,7 @@ class Alignment:
 class Train:
     config: TrainConfig
     summary: TrainSummary | None = None
-    losses: list[float | None] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list, metadata=NONNEGATIVE)
     alignment: Alignment | None = None
     repeat_losses: list[list[float | None]] = field(default_factory=list)
     reference_note: str | None = None  # why no reference judged this run
@@ -229,13 +242,17 @@ class Train:
 class Expected:
     """What systems like this one measure for a metric, and who says so (docs/methodology.md §11)."""
 
-    value: float  # in the metric's own unit (busbw in Gbps, as run.json keeps it)
+    value: float = field(metadata=POSITIVE)  # in the metric's own unit (busbw in Gbps, as run.json keeps it)
     origin: Literal["given", "file", "shipped"]  # --expect-busbw, --expected FILE, the shipped table
     system: str  # what it was measured on
     source: str  # where it was published, or the file it came from
-    low: float | None = None  # the published range, where the source gives one
-    high: float | None = None
+    low: float | None = field(default=None, metadata=POSITIVE)  # the published range, where the source gives one
+    high: float | None = field(default=None, metadata=POSITIVE)
     note: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"its range is empty: low {self.low:g} is above high {self.high:g}")
 
 
 @dataclass(frozen=True)
@@ -295,8 +312,12 @@ def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
     options = doc.get("comm_options")
     if isinstance(options, dict):
         # Version 1 kept the resolved sweep: its bounds and step, and pt2pt's direction in the op's name.
-        sizes = sorted(options.get("sizes") or [8])
-        ops = [str(op) for op in options.get("ops") or []]
+        sizes, ops = options.get("sizes") or [8], options.get("ops") or []
+        if not isinstance(sizes, list) or not all(whole_number(s) and s > 0 for s in sizes):
+            raise SchemaError("comm_options.sizes", "expected a list of sizes in bytes (whole numbers from 1)")
+        if not isinstance(ops, list):
+            raise SchemaError("comm_options.ops", "expected a list of op names")
+        sizes, ops = sorted(sizes), [str(op) for op in ops]
         kept = {k: v for k, v in options.items() if k not in ("sizes", "fit_device_memory")}
         doc["comm_options"] = kept | {
             "min_bytes": sizes[0], "max_bytes": sizes[-1],

@@ -10,10 +10,17 @@ None. Units: W, MHz, degrees C, %, MB/s = 1e6 bytes per second (docs/methodology
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from clusterbench.errors import UsageError
+from clusterbench.inputs import files
 from clusterbench.results import codec
+from clusterbench.results.codec import NONNEGATIVE, POSITIVE, bounds
+
+SHARE = bounds(0, 1)
 
 TABLE = "telemetry"  # its samples: <run folder>/telemetry.csv
 # The figures a sample holds and a summary spreads, in the order plots and tables show them.
@@ -29,20 +36,23 @@ class Sample:
     stage: str
     host: str
     device: str  # GPU<NVML index>, or CPU
-    rank: int  # the rank that sampled it
-    clock_mhz: float | None = None  # GPU: SM clock; CPU: mean current frequency of the cores the rank may use
-    mem_clock_mhz: float | None = None
-    power_w: float | None = None  # CPU: RAPL package power, where readable
+    rank: int = field(metadata=NONNEGATIVE)  # the rank that sampled it
+    # GPU: SM clock; CPU: mean current frequency of the cores the rank may use
+    clock_mhz: float | None = field(default=None, metadata=NONNEGATIVE)
+    mem_clock_mhz: float | None = field(default=None, metadata=NONNEGATIVE)
+    power_w: float | None = field(default=None, metadata=NONNEGATIVE)  # CPU: RAPL package power, where readable
     temperature_c: float | None = None
-    util_pct: float | None = None  # GPU: time a kernel ran; CPU: busy time of those cores
-    mem_util_pct: float | None = None  # GPU: time device memory was read or written
-    pcie_tx_mbps: float | None = None
-    pcie_rx_mbps: float | None = None
-    nvlink_tx_mbps: float | None = None  # all of the GPU's links together
-    nvlink_rx_mbps: float | None = None
-    ecc_corrected: float | None = None  # volatile counts, since the driver loaded
-    ecc_uncorrected: float | None = None
-    xid: int | None = None  # XID events since the previous sample; None: NVML cannot report them
+    util_pct: float | None = field(default=None, metadata=NONNEGATIVE)  # GPU: time a kernel ran; CPU: busy time
+    mem_util_pct: float | None = field(default=None, metadata=NONNEGATIVE)  # GPU: time device memory was in use
+    pcie_tx_mbps: float | None = field(default=None, metadata=NONNEGATIVE)
+    pcie_rx_mbps: float | None = field(default=None, metadata=NONNEGATIVE)
+    nvlink_tx_mbps: float | None = field(default=None, metadata=NONNEGATIVE)  # all of the GPU's links together
+    nvlink_rx_mbps: float | None = field(default=None, metadata=NONNEGATIVE)
+    # volatile counts, since the driver loaded
+    ecc_corrected: float | None = field(default=None, metadata=NONNEGATIVE)
+    ecc_uncorrected: float | None = field(default=None, metadata=NONNEGATIVE)
+    # XID events since the previous sample; None: NVML cannot report them
+    xid: int | None = field(default=None, metadata=NONNEGATIVE)
     throttle: str | None = None  # active clock-event reasons joined by "+", or "none"; None: unknown
 
 
@@ -51,6 +61,10 @@ class Spread:
     min: float
     median: float
     max: float
+
+    def __post_init__(self) -> None:
+        if not self.min <= self.median <= self.max:
+            raise ValueError(f"min {self.min:g}, median {self.median:g} and max {self.max:g} are out of order")
 
 
 @dataclass(frozen=True)
@@ -61,8 +75,8 @@ class DeviceStage:
     host: str
     device: str
     kind: str  # the device's model: peers for the straggler check are devices of one kind
-    rank: int
-    samples: int
+    rank: int = field(metadata=NONNEGATIVE)
+    samples: int = field(metadata=NONNEGATIVE)
     clock_mhz: Spread | None = None
     mem_clock_mhz: Spread | None = None
     power_w: Spread | None = None
@@ -75,8 +89,9 @@ class DeviceStage:
     nvlink_rx_mbps: Spread | None = None
     ecc_corrected: Spread | None = None
     ecc_uncorrected: Spread | None = None
-    xid_events: int | None = None
-    throttle: dict[str, float] | None = None  # reason -> share of the samples it was active in
+    xid_events: int | None = field(default=None, metadata=NONNEGATIVE)
+    # reason -> share of the samples it was active in
+    throttle: dict[str, float] | None = field(default=None, metadata=SHARE)
 
     @property
     def where(self) -> str:
@@ -94,7 +109,7 @@ class StageWindow:
 
 @dataclass
 class Telemetry:
-    hz: float  # samples per second per device
+    hz: float = field(metadata=POSITIVE)  # samples per second per device
     t0_unix: float  # the first stage's start (the clock of the rank that began it first): t_s counts from here
     stages: list[StageWindow] = field(default_factory=list)
     devices: list[DeviceStage] = field(default_factory=list)  # per stage and device
@@ -106,18 +121,22 @@ def csv_columns() -> list[str]:
 
 
 def read_samples(path: Path) -> list[Sample]:
-    """telemetry.csv as written by the run folder; ValueError (naming the line) for a row that does not fit."""
+    """telemetry.csv as written by the run folder; ValueError naming the file (and the line) for one that
+    is not: not a regular file, too large, other columns, a row that does not fit, a number not finite."""
+    try:
+        text = files.read_text(path, str(path))
+    except UsageError as e:  # the report goes on without the samples, saying why
+        raise ValueError(str(e)) from None
     columns = set(csv_columns())
-    samples = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line, row in enumerate(csv.DictReader(f), 2):
-            try:
-                if set(row) != columns:
-                    raise codec.SchemaError("", "the columns are not telemetry.csv's")
-                doc = {k: _cell(k, v) for k, v in row.items()}
-                samples.append(codec.load(Sample, doc))
-            except (codec.SchemaError, ValueError) as e:
-                raise ValueError(f"{path} line {line}: {e}") from None
+    samples, line = [], 1
+    rows = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        for line, row in enumerate(rows, 2):
+            if set(row) != columns or None in row.values():  # DictReader fills a short row's cells with None
+                raise codec.SchemaError("", "the cells are not telemetry.csv's columns")
+            samples.append(codec.load(Sample, {k: _cell(k, v) for k, v in row.items()}))
+    except (codec.SchemaError, ValueError, csv.Error) as e:
+        raise ValueError(f"{path} line {line}: {e}") from None
     return samples
 
 
@@ -129,4 +148,7 @@ def _cell(name: str, text: str) -> object:
         return None
     if name == "throttle":
         return text
-    return int(text) if name in ("rank", "xid") else float(text)
+    value = int(text) if name in ("rank", "xid") else float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} is {text}, not a finite number")
+    return value

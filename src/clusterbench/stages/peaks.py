@@ -30,8 +30,8 @@ class PeakOptions:
 
 
 def dtype_list(text: str) -> tuple[str, ...]:
-    names = tuple(d.strip() for d in text.split(",") if d.strip())
-    unknown = [d for d in names if d not in DTYPES] or ([] if names else [text])
+    names = tuple(argtypes.names(text, "dtype"))
+    unknown = [d for d in names if d not in DTYPES]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)!r}: choose from {', '.join(DTYPES)}")
     return names

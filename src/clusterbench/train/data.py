@@ -13,10 +13,10 @@ batch() only indexes precomputed tensors, so data cost never shows up in timed s
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import random
 from dataclasses import dataclass
-from importlib.resources import files
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ import torch
 from tokenizers import Tokenizer
 
 from clusterbench.errors import UsageError
+from clusterbench.inputs import documents, files
 
 SHIPPED_NAME = "clusterbench-sft-v1"
 MIN_SEQ_LEN = 16
@@ -105,10 +106,7 @@ def parse_jsonl(raw: bytes, source: str) -> list[list[Segment]]:
             text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except UnicodeDecodeError:
             raise UsageError(f"{where}: not UTF-8 text") from None
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        obj = documents.parse_json(text, where)
         if not isinstance(obj, dict):
             raise UsageError(f"{where}: expected a JSON object, got {_json_type(obj)}")
         examples.append(_parse_record(obj, where))
@@ -120,16 +118,17 @@ def parse_jsonl(raw: bytes, source: str) -> list[list[Segment]]:
 def load_tokenizer(path: str | None = None) -> Tokenizer:
     """The shipped tokenizer, or a tokenizer.json given as the file or its directory."""
     if path is None:
-        return Tokenizer.from_str((files("clusterbench.train") / "assets" / "tokenizer.json")
-                                  .read_text(encoding="utf-8"))
+        return Tokenizer.from_str(files.read_text(_asset("tokenizer.json"), "the shipped tokenizer"))
     p = Path(path)
     if p.is_dir():
         p = p / "tokenizer.json"
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise UsageError(f"--tokenizer {path}: no such file (expected tokenizer.json "
                          f"or a directory holding one)")
+    text = files.read_text(p, f"--tokenizer {p}")  # a FIFO or a device would hang the Rust reader
     try:
-        return Tokenizer.from_file(str(p))
+        # Its own parser bounds nesting (128 levels) and refuses NaN: the boundary's size and kind suffice.
+        return Tokenizer.from_str(text)
     # The Rust side raises a bare Exception (multi-line text) for any malformed file.
     except Exception as e:  # noqa: BLE001
         first = (str(e).strip().splitlines() or ["unreadable"])[0]
@@ -286,15 +285,14 @@ def _prepared_tokenizer(path: str | None) -> tuple[Tokenizer, Specials]:
 def _read_data(data: str | None) -> tuple[str, str, bytes]:
     """(the task's name, where the data came from, its bytes): the shipped set, or --data."""
     if data is None:
-        raw = (files("clusterbench.train") / "assets" / "sft.jsonl").read_bytes()
+        raw = files.read_bytes(_asset("sft.jsonl"), "the shipped data")
         return SHIPPED_NAME, "clusterbench/train/assets/sft.jsonl", raw
-    try:
-        raw = Path(data).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"--data {data}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"--data {data}: cannot read ({e.strerror})") from None
+    raw = files.read_bytes(Path(data), f"--data {data}")
     return f"file:{Path(data).name}:{hashlib.sha256(raw).hexdigest()[:12]}", data, raw
+
+
+def _asset(name: str) -> Path:
+    return Path(str(resources.files("clusterbench.train") / "assets" / name))
 
 
 def _lay_out(ids_list: list[np.ndarray], loss_list: list[np.ndarray], seq_len: int, packing: bool, pad: int,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from clusterbench.errors import UsageError
+from clusterbench.inputs import documents as inputs
 from clusterbench.train.presets import PRESETS
 
 # Config keys that do not change the computation; left out of the hash that identifies a model.
@@ -84,16 +85,10 @@ def resolve(preset: str | None, model_config: str | None, model_path: str | None
 def _read_config_json(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"model config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"model config {path}: cannot read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"model config {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(raw, dict) or "model_type" not in raw:
-        raise UsageError(f'model config {path}: no "model_type" key (expected a transformers config.json)')
+    raw = inputs.read_json(path, f"model config {path}")
+    if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
+        raise UsageError(f'model config {path}: no "model_type" naming an architecture (expected a transformers '
+                         'config.json)')
     _check_sizes(raw, path)
     _check_buildable(raw, path)
     return raw
