@@ -5,7 +5,7 @@ The promise: bad input is one short line on stderr and exit code 2 (1 where a ru
 failed; 0 for good input), never a traceback or a hang, nothing the user had changed, no PASS
 without a measurement. Each example builds a fresh folder of good inputs (a GPU run folder made
 from fixtures with its telemetry.csv, a baseline, the shipped loss reference, rules, a table of
-expected figures, an NCCL log), damages one input (tests/fuzz_strategies.py) and runs
+expected figures, an NCCL log), damages one input (tests/fuzz_documents.py, tests/fuzz_options.py) and runs
 `python -m clusterbench` on it, two processes side by side.
 
 CI draws a fixed budget of examples from a fixed seed and does not shrink, to stay within a
@@ -38,29 +38,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_strategies import (
-    FREE_PORT,
+from fuzz_documents import (
     Damage,
     Each,
     Kind,
-    Launch,
     Set,
     Token,
     Truncate,
+    damage,
+    documents_by_name,
+    rule_lists,
+    rule_values,
+)
+from fuzz_options import (
+    FREE_PORT,
+    Launch,
     bad_number,
     bad_output,
     bad_port,
     bad_size,
     bad_size_range,
     bad_words,
-    damage,
-    documents_by_name,
     launch_outcome,
     launches,
     numbers,
     outputs,
-    rule_lists,
-    rule_values,
     size_ranges,
     sizes,
     words,

@@ -31,6 +31,11 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def _of(label: str, path: Path) -> str:
+    """The start of an error line: the label, unless it is the path the line names anyway."""
+    return "" if label == str(path) else f"{label}: "
+
+
 def _why(e: OSError) -> str:
     return e.strerror or str(e)
 
@@ -62,12 +67,12 @@ def regular_file(path: Path, label: str) -> Path:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         if path.is_symlink():
-            raise UsageError(f"{label}: {path} is a broken symbolic link (to {os.readlink(path)})") from None
-        raise UsageError(f"{label}: no such file {path}") from None
+            raise UsageError(f"{_of(label, path)}{path} is a broken symbolic link (to {os.readlink(path)})") from None
+        raise UsageError(f"{_of(label, path)}no such file {path}") from None
     except (OSError, ValueError) as e:
-        raise UsageError(f"{label}: cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
+        raise UsageError(f"{_of(label, path)}cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
     if not stat.S_ISREG(mode):
-        raise UsageError(f"{label}: {path} is {_kind(mode)}, not a regular file")
+        raise UsageError(f"{_of(label, path)}{path} is {_kind(mode)}, not a regular file")
     return path
 
 
@@ -77,11 +82,11 @@ def _open(path: Path, label: str) -> tuple[int, int]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
-        raise UsageError(f"{label}: cannot read {path} ({_why(e)})") from None
+        raise UsageError(f"{_of(label, path)}cannot read {path} ({_why(e)})") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UsageError(f"{label}: {path} is {_kind(info.st_mode)}, not a regular file")
+        raise UsageError(f"{_of(label, path)}{path} is {_kind(info.st_mode)}, not a regular file")
     os.set_blocking(fd, True)
     return fd, info.st_size
 
@@ -91,14 +96,14 @@ def read_bytes(path: Path, label: str, limit: int = DOCUMENT_LIMIT) -> bytes:
     fd, size = _open(path, label)
     with os.fdopen(fd, "rb") as f:
         if size > limit:
-            raise UsageError(f"{label}: {path} is {size / MIB:.0f} MiB, more than the {limit / MIB:.0f} MiB "
+            raise UsageError(f"{_of(label, path)}{path} is {size / MIB:.0f} MiB, more than the {limit / MIB:.0f} MiB "
                              "a file of this kind can be")
         try:
             data = f.read(limit + 1)
         except OSError as e:
-            raise UsageError(f"{label}: cannot read {path} ({_why(e)})") from None
+            raise UsageError(f"{_of(label, path)}cannot read {path} ({_why(e)})") from None
     if len(data) > limit:  # grew while we read it
-        raise UsageError(f"{label}: {path} is more than the {limit / MIB:.0f} MiB a file of this kind can be")
+        raise UsageError(f"{_of(label, path)}{path} is more than the {limit / MIB:.0f} MiB a file of this kind can be")
     return data
 
 
@@ -107,7 +112,7 @@ def read_text(path: Path, label: str, limit: int = DOCUMENT_LIMIT) -> str:
     try:
         return read_bytes(path, label, limit).decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UsageError(f"{label}: {path} is not UTF-8 text (byte {e.start} cannot be read)") from None
+        raise UsageError(f"{_of(label, path)}{path} is not UTF-8 text (byte {e.start} cannot be read)") from None
 
 
 def lines(path: Path, label: str, width: int = LINE_LIMIT) -> Iterator[str]:
@@ -126,7 +131,7 @@ def lines(path: Path, label: str, width: int = LINE_LIMIT) -> Iterator[str]:
                     cut = f.readline(width)
                 yield line
         except OSError as e:
-            raise UsageError(f"{label}: cannot read {path} ({_why(e)})") from None
+            raise UsageError(f"{_of(label, path)}cannot read {path} ({_why(e)})") from None
 
 
 def regular_files(folder: Path, pattern: str) -> tuple[list[Path], list[Path]]:

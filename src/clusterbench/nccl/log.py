@@ -14,14 +14,14 @@ kind of fact only the first MAX_KEPT, and every pattern costs a pass or two over
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterbench.inputs import files
-from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclNet, NcclPeer, NcclRank, NcclRing
+from clusterbench.nccl.state import AlgoKey, LogState, facts
+from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclRank
 
 # NCCL formats each line in a 1024-byte buffer (src/debug.cc); launchers' tags and timestamps add a
 # few dozen characters. A longer line is not NCCL's, and is cut to this.
@@ -44,47 +44,7 @@ _ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_
 _PROTOCOLS = ("LL", "LL128", "SIMPLE")
 _TRANSPORTS = {"P2P": "P2P", "SHM": "SHM", "NET": "NET", "COLLNET": "COLLNET", "direct shared memory": "SHM"}
 
-_PeerKey = tuple[int, int | None, str, str, str | None]  # src, dst, transport, via, side
-_AlgoKey = tuple[str | None, int, str, str, int | None, int | None]  # op, bytes, algorithm, protocol, lo, hi
-
-
-@dataclass
-class _Log:
-    """What the lines said so far; `_facts` turns it into the record."""
-
-    version: str | None = None
-    cuda_build: str | None = None
-    cuda_driver: str | None = None
-    hosts: dict[str, None] = field(default_factory=dict)
-    nodes: int | None = None
-    ranks: dict[tuple[str | None, int], NcclRank] = field(default_factory=dict)
-    peers: dict[_PeerKey, set[int]] = field(default_factory=dict)
-    net_name: str | None = None
-    net_plugin: str | None = None
-    devices: dict[str, None] = field(default_factory=dict)
-    oob: dict[str, None] = field(default_factory=dict)
-    interfaces: dict[str, None] = field(default_factory=dict)
-    bootstrap: dict[str, None] = field(default_factory=dict)
-    gdr_said: set[bool] = field(default_factory=set)  # "GPU Direct RDMA Enabled/Disabled for GPU ... / HCA ..."
-    gdr_hca: set[bool] = field(default_factory=set)  # "... for HCA n 'mlx5_0'": what the NIC can do
-    channels: int | None = None
-    p2p_channels: int | None = None
-    nvls: set[bool] = field(default_factory=set)
-    nvls_channels: int | None = None
-    collnet: set[bool] = field(default_factory=set)
-    collnet_plugin: str | None = None
-    rings: dict[int, list[int]] = field(default_factory=dict)
-    rings_done: bool = False
-    ring_total: int | None = None  # the "/16" of "Channel 01/16": how many rings there are
-    trees: dict[str, None] = field(default_factory=dict)
-    algorithms: dict[_AlgoKey, NcclAlgo] = field(default_factory=dict)
-    algorithm_calls: Counter[_AlgoKey] = field(default_factory=Counter)
-    settings: dict[str, str] = field(default_factory=dict)
-    warnings: dict[str, None] = field(default_factory=dict)
-    named: set[str] = field(default_factory=set)  # the communicators the lines of one source named
-
-
-_Handler = Callable[[_Log, re.Match[str], str | None], None]
+_Handler = Callable[[LogState, re.Match[str], str | None], None]
 
 
 @dataclass(frozen=True)
@@ -100,9 +60,9 @@ class Source:
 def parse(log: str | Iterable[str]) -> NcclFacts:
     """The facts in one NCCL log (or several concatenated), its text or its lines; text with no NCCL
     lines gives empty facts."""
-    state = _Log()
+    state = LogState()
     _feed(state, log.splitlines() if isinstance(log, str) else log)
-    return _facts(state)
+    return facts(state)
 
 
 def read_files(paths: Iterable[str | Path]) -> tuple[NcclFacts, list[Source]]:
@@ -112,14 +72,14 @@ def read_files(paths: Iterable[str | Path]) -> tuple[NcclFacts, list[Source]]:
     Files are read a line at a time: memory stays flat whatever their size. A file that cannot be
     read is a one-line UsageError.
     """
-    state, sources = _Log(), []
+    state, sources = LogState(), []
     for path in map(Path, paths):
         said = _feed(state, files.lines(path, "NCCL log", LINE_WIDTH))
         sources.append(Source(path, said, frozenset(state.named)))
-    return _facts(state), sources
+    return facts(state), sources
 
 
-def _feed(log: _Log, lines: Iterable[str]) -> bool:
+def _feed(log: LogState, lines: Iterable[str]) -> bool:
     """Read `lines` into `log`; whether any was NCCL's. `log.named` holds the communicators they named."""
     log.named = set()
     said = False
@@ -128,7 +88,7 @@ def _feed(log: _Log, lines: Iterable[str]) -> bool:
     return said
 
 
-def _read(log: _Log, line: str) -> bool:
+def _read(log: LogState, line: str) -> bool:
     version = _VERSION.search(line)
     if version and log.version is None:
         log.version, log.cuda_build = version.group(1), version.group(2)
@@ -168,7 +128,7 @@ def _bus_id(value: str | None) -> str | None:
     return f"{n >> 20:04x}:{(n >> 12) & 0xFF:02x}:{(n >> 4) & 0xFF:02x}.{n & 0xF:x}"
 
 
-def _on_rank(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_rank(log: LogState, m: re.Match[str], host: str | None) -> None:
     # Only a communicator set up describes it ("Destroy COMPLETE" prints the same head).
     init = _INIT.search(m.string, m.end())
     if not init:
@@ -188,11 +148,11 @@ def _on_rank(log: _Log, m: re.Match[str], host: str | None) -> None:
         log.named.add(rank.comm_id)
 
 
-def _on_nodes(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_nodes(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.nodes = max(log.nodes or 0, int(m[1]))
 
 
-def _on_peer(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_peer(log: LogState, m: re.Match[str], host: str | None) -> None:
     via = m["via"].strip()
     head = next((name for name in _TRANSPORTS if via.startswith(name)), via.split("/", 1)[0])
     dst = int(m["dst"]) if m["dst"] else None
@@ -201,7 +161,7 @@ def _on_peer(log: _Log, m: re.Match[str], host: str | None) -> None:
         channels.add(int(m["channel"]))
 
 
-def _on_ring(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_ring(log: LogState, m: re.Match[str], host: str | None) -> None:
     # Rank 0 of each communicator prints its rings; keep the first communicator's, whole.
     channel = int(m["channel"])
     if channel in log.rings:
@@ -212,11 +172,11 @@ def _on_ring(log: _Log, m: re.Match[str], host: str | None) -> None:
             log.ring_total = max(log.ring_total or 0, int(m["total"]))
 
 
-def _on_tree(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_tree(log: LogState, m: re.Match[str], host: str | None) -> None:
     _keep(log.trees, m[1].strip())
 
 
-def _on_channels(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_channels(log: LogState, m: re.Match[str], host: str | None) -> None:
     # Since 2.21 the "collnet channels" figure repeats the coll channel count, so it says nothing of CollNet.
     log.channels = max(log.channels or 0, int(m["coll"]))
     log.p2p_channels = max(log.p2p_channels or 0, int(m["p2p"]))
@@ -224,63 +184,63 @@ def _on_channels(log: _Log, m: re.Match[str], host: str | None) -> None:
         log.nvls_channels = max(log.nvls_channels or 0, int(m["nvls"]))
 
 
-def _on_nvls(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_nvls(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.nvls.add(m[1] is None)
 
 
-def _on_collnet(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_collnet(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.collnet.add("Connected" in m[0])
 
 
-def _on_collnet_plugin(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_collnet_plugin(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.collnet_plugin = log.collnet_plugin or m[1]
 
 
-def _on_net_plugin(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_net_plugin(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.net_plugin = log.net_plugin or m[1]
 
 
-def _on_network(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_network(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.net_name = log.net_name or m[1].strip()
 
 
 _DEVICE = re.compile(r"(?<![\w.\-])[\w.\-]+:\d+/\w+(?:/\w+)*")  # "[0]mlx5_0:1/RoCE": device:port/link
 
 
-def _on_ib(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_ib(log: LogState, m: re.Match[str], host: str | None) -> None:
     for device in _DEVICE.findall(m["devices"]):
         _keep(log.devices, device)
     if m["oob"]:
         _keep(log.oob, m["oob"].strip())
 
 
-def _on_socket(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_socket(log: LogState, m: re.Match[str], host: str | None) -> None:
     for interface in re.split(r"\[\d+\]", m[1]):
         if interface.strip():
             _keep(log.interfaces, interface.strip())
 
 
-def _on_bootstrap(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_bootstrap(log: LogState, m: re.Match[str], host: str | None) -> None:
     _keep(log.bootstrap, re.sub(r"^\[\d+\]", "", m[1].strip()))
 
 
-def _on_gdr(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_gdr(log: LogState, m: re.Match[str], host: str | None) -> None:
     (log.gdr_hca if m["what"] == "HCA" else log.gdr_said).add(m["state"] == "Enabled")
 
 
-def _on_setting(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_setting(log: LogState, m: re.Match[str], host: str | None) -> None:
     value = m["value"].strip()
     if value.endswith(".") and value[:-1].lstrip("-").isdigit():  # numeric parameters print "3."
         value = value[:-1]
     _keep(log.settings, m["name"], value)
 
 
-def _on_driver(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_driver(log: LogState, m: re.Match[str], host: str | None) -> None:
     code = int(m[1])
     log.cuda_driver = log.cuda_driver or f"{code // 1000}.{code % 1000 // 10}"
 
 
-def _on_algo(log: _Log, m: re.Match[str], host: str | None) -> None:
+def _on_algo(log: LogState, m: re.Match[str], host: str | None) -> None:
     algorithm, protocol = m["algo"].upper(), m["proto"].upper()
     if algorithm.isdecimal() and int(algorithm) < len(_ALGORITHMS):
         algorithm = _ALGORITHMS[int(algorithm)]
@@ -288,7 +248,7 @@ def _on_algo(log: _Log, m: re.Match[str], host: str | None) -> None:
         protocol = _PROTOCOLS[int(protocol)]
     lo = int(m["lo"]) if m["lo"] else None
     hi = int(m["hi"]) if m["hi"] else None
-    key: _AlgoKey = (m["op"], int(m["bytes"]), algorithm, protocol, lo, hi)
+    key: AlgoKey = (m["op"], int(m["bytes"]), algorithm, protocol, lo, hi)
     if key not in log.algorithms:  # a TUNING line per call: most repeat one already seen
         algo = NcclAlgo(size_bytes=key[1], algorithm=algorithm, protocol=protocol, op=m["op"], channel_lo=lo,
                         channel_hi=hi, model_time_us=float(m["time"]) if m["time"] else None)
@@ -356,72 +316,3 @@ _HANDLERS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set (?:by environment )?to (?P<value>.*)$"), _on_setting),
     (re.compile(rf"^cudaDriverVersion ({_N})"), _on_driver),
 )
-
-
-def _peer(key: _PeerKey, channels: set[int]) -> NcclPeer:
-    src, dst, transport, via, side = key
-    net = re.match(r"(?:NET|COLLNET)/(.+?)/(\d+)(?:\((\d+)\))?(/.*)?$", via)
-    return NcclPeer(
-        src_rank=src,
-        dst_rank=dst,
-        transport=transport,
-        via=via,
-        side=side,
-        channels=sorted(channels),
-        net=net[1] if net else None,
-        net_dev=int(net[2]) if net else None,
-        proxy_rank=int(net[3]) if net and net[3] else None,
-        gdr="/GDRDMA" in (net[4] or "") if net else None,
-    )
-
-
-def _gdr(log: _Log, peers: list[NcclPeer]) -> bool | None:
-    """What carried the NET traffic, else what NCCL decided per GPU and NIC, else what the NICs can do."""
-    links = [p.gdr for p in peers if p.transport == "NET"]
-    said = links or log.gdr_said
-    if said:
-        return all(said)
-    return False if log.gdr_hca and not any(log.gdr_hca) else None
-
-
-def _collnet(log: _Log, peers: list[NcclPeer]) -> bool | None:
-    if any(p.transport == "COLLNET" for p in peers):
-        return True
-    return any(log.collnet) if log.collnet else None
-
-
-def _facts(log: _Log) -> NcclFacts:
-    peers = sorted(
-        (_peer(key, channels) for key, channels in log.peers.items()),
-        key=lambda p: (p.transport, p.src_rank, -1 if p.dst_rank is None else p.dst_rank, p.side or "", p.via),
-    )
-    net_name = log.net_name or next((p.net for p in peers if p.transport == "NET"), None)
-    return NcclFacts(
-        version=log.version,
-        cuda_build=log.cuda_build,
-        cuda_driver=log.cuda_driver,
-        hosts=list(log.hosts),
-        nodes=log.nodes,
-        ranks=sorted(log.ranks.values(), key=lambda r: (r.comm_id or "", r.rank)),
-        peers=peers,
-        net=NcclNet(
-            name=net_name,
-            plugin=log.net_plugin,
-            devices=list(log.devices),
-            oob=list(log.oob),
-            interfaces=list(log.interfaces),
-            bootstrap=list(log.bootstrap),
-            gdr=_gdr(log, peers),
-        ),
-        channels=log.channels if log.channels is not None else log.ring_total or len(log.rings) or None,
-        p2p_channels=log.p2p_channels,
-        nvls_supported=any(log.nvls) if log.nvls else None,
-        nvls_channels=log.nvls_channels,
-        collnet=_collnet(log, peers),
-        collnet_plugin=log.collnet_plugin,
-        rings=[NcclRing(channel=c, ranks=log.rings[c]) for c in sorted(log.rings)],
-        trees=list(log.trees),
-        algorithms=[replace(algo, calls=log.algorithm_calls[key]) for key, algo in log.algorithms.items()],
-        settings=dict(log.settings),
-        warnings=list(log.warnings),
-    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import socket
 import time
@@ -166,13 +167,13 @@ def announce(path: Path, stream: Any) -> None:
 def _run_json(path: str | Path) -> Path:
     """The run.json of a run folder given as the folder or as the file."""
     p = Path(path)
-    return p / "run.json" if p.is_dir() else p
+    return p / "run.json" if p.is_dir() and p.name != "run.json" else p  # a folder named run.json is no run
 
 
 def load_run(path: str | Path) -> Run:
     """A run folder (or its run.json), checked field by field and upgraded to this version."""
     file = _run_json(path)
-    if not file.exists():
+    if not os.path.lexists(file):
         raise UsageError(f"no run found at {path}: {file} does not exist")
     return documents.read(file, documents.RUN)
 
