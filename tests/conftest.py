@@ -22,6 +22,28 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
     )
 
 
+def run_side_by_side(cases: dict[str, list[str]], cwd: Path | None = None, timeout: float = 120,
+                     at_once: int = 8) -> dict[str, subprocess.CompletedProcess | None]:
+    """`python -m clusterbench ARGS` for each case, `at_once` started together, so each pays the
+    interpreter's and torch's start-up beside the others; None for a case that ran past `timeout` (killed)."""
+    done: dict[str, subprocess.CompletedProcess | None] = {}
+    names = list(cases)
+    for start in range(0, len(names), at_once):
+        procs = {name: subprocess.Popen([sys.executable, "-m", "clusterbench", *cases[name]], cwd=cwd, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for name in names[start:start + at_once]}
+        for name, proc in procs.items():
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                done[name] = None
+                continue
+            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, *needles: str) -> str:
     err = proc.stderr.strip()
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)

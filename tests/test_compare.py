@@ -1,12 +1,10 @@
 """compare, rules and baseline: metrics, verdicts, exit codes and every bad-input path."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, run_side_by_side
 from report_fixtures import as_run, gpu_run_doc, train_section, write_run
 
 from clusterbench.analyse.compare import compare, lost, worse
@@ -146,12 +144,8 @@ def _bad_inputs(tmp: Path, runs: dict[str, Path]) -> dict[str, tuple[list[str], 
 def test_bad_input_is_one_line_exit_2(runs: dict[str, Path], tmp_path: Path) -> None:
     # Started together: each run pays the interpreter and torch start-up, not the test suite.
     cases = _bad_inputs(tmp_path, runs)
-    procs = {name: subprocess.Popen([sys.executable, "-m", "clusterbench", *args], text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for name, (args, _) in cases.items()}
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=120)
-        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    for name, done in run_side_by_side({name: args for name, (args, _) in cases.items()}, at_once=len(cases)).items():
+        assert done is not None, f"case {name!r} hung"
         try:
             assert_one_line_error(done, 2, cases[name][1])
         except AssertionError as e:

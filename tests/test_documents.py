@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_side_by_side
 from report_fixtures import gpu_run_doc, write_run
 
 from clusterbench.analyse import expected
@@ -372,20 +371,16 @@ def test_rank_commands_refuse_a_bad_document_before_starting(tmp_path: Path) -> 
         "train --model-config NaN": (["train", "--model-config", "config.json"], "NaN is not a finite number"),
         "train --data deep line": (["train", "--data", "data.jsonl"], "data.jsonl:2: nested more than"),
     }
-    procs = {name: subprocess.Popen([sys.executable, "-m", "clusterbench", *argv, "--out", f"out-{i}"], cwd=tmp_path,
-                                    text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for i, (name, (argv, _)) in enumerate(cases.items())}
+    argvs = {name: [*argv, "--out", f"out-{i}"] for i, (name, (argv, _)) in enumerate(cases.items())}
     failures = []
-    for name, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    for name, proc in run_side_by_side(argvs, cwd=tmp_path, timeout=180).items():
+        if proc is None:
             failures.append(f"{name}: hung")
             continue
-        lines = err.strip().splitlines()
-        if proc.returncode != 2 or len(lines) != 1 or "Traceback" in out + err or cases[name][1] not in err:
-            failures.append(f"{name}: exit {proc.returncode}: {err.strip()[-400:]}")
+        lines = proc.stderr.strip().splitlines()
+        if proc.returncode != 2 or len(lines) != 1 or "Traceback" in proc.stdout + proc.stderr \
+                or cases[name][1] not in proc.stderr:
+            failures.append(f"{name}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
     assert not failures, "\n".join(failures)
     assert not list(tmp_path.glob("out-*/run.json"))
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import run_side_by_side
 from report_fixtures import gpu_run_doc, write_run
 
 from clusterbench.analyse.references import shipped_dir
@@ -112,23 +113,15 @@ def _run_table(cases: dict[str, list[str]], user: Path) -> None:
     """Run every case (a few at a time) and hold each to the promise."""
     before = _hashes(user)
     failures = []
-    names = list(cases)
-    for start in range(0, len(names), PARALLEL):
-        batch = {name: subprocess.Popen([sys.executable, "-m", "clusterbench", *cases[name]], text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=user)
-                 for name in names[start:start + PARALLEL]}
-        for name, proc in batch.items():
-            try:
-                out, err = proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                failures.append(f"{name}: hung")
-                continue
-            lines = err.strip().splitlines()
-            if proc.returncode not in DOCUMENTED_EXITS:
-                failures.append(f"{name}: exit {proc.returncode}: {err.strip()[-300:]}")
-            elif "Traceback" in out + err or len(lines) > MAX_STDERR_LINES or not lines:
-                failures.append(f"{name}: stderr was {len(lines)} lines: {err.strip()[-300:]}")
+    for name, proc in run_side_by_side(cases, cwd=user, at_once=PARALLEL).items():
+        if proc is None:
+            failures.append(f"{name}: hung")
+            continue
+        lines = proc.stderr.strip().splitlines()
+        if proc.returncode not in DOCUMENTED_EXITS:
+            failures.append(f"{name}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        elif "Traceback" in proc.stdout + proc.stderr or len(lines) > MAX_STDERR_LINES or not lines:
+            failures.append(f"{name}: stderr was {len(lines)} lines: {proc.stderr.strip()[-300:]}")
     assert not failures, "\n".join(failures)
     assert _hashes(user) == before, "a hostile input changed a file the user already had"
 
