@@ -1,10 +1,12 @@
-"""Test beds that stand real clusters up on one machine: a private Slurm, and network-namespace "nodes".
+"""Test beds that stand real clusters up on one machine: a private Slurm, network-namespace "nodes", a Slurm
+across those nodes, and a CPU quota that makes a node slow.
 
 Each bed skips the test, with the reason, where this machine cannot host it, and removes all it made on exit.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
@@ -13,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,27 +77,62 @@ class SlurmBed:
     cluster: str
     env: dict[str, str]  # SLURM_CONF and PATH: merge into os.environ for srun/sbatch calls of one's own
 
+    @property
+    def host_env(self) -> dict[str, str]:
+        """The caller's environment without SLURM_*: with `env` over it, what the bed's own clients run with."""
+        return _host_env(None)
+
+    def _where(self, argv: Sequence[str]) -> list[str]:
+        """`argv` as run where the controller can be reached: on this machine."""
+        return list(argv)
+
+    def _client(self, argv: Sequence[str], env: dict[str, str] | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self._where(argv), env=_host_env({**self.env, **(env or {})}), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+
     def srun(self, args: Sequence[str], env: dict[str, str] | None = None,
              timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """`srun ARGS` on the bed, output captured; tasks see the caller's environment plus `env`."""
-        return subprocess.run(["srun", *args], env=_host_env({**self.env, **(env or {})}), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        return self._client(["srun", *args], env, timeout)
+
+    def scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`scontrol ARGS` on the bed, output captured."""
+        return self._client(["scontrol", *args])
+
+    def node_states(self) -> dict[str, str]:
+        """Each node's state as `sinfo -N` prints it ("idle", "drained", "down*"); empty until the controller is up."""
+        out = self._client(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=30).stdout
+        return {name: state for name, state in (line.split() for line in out.splitlines() if line.strip())}
+
+    def node_state(self, name: str) -> str:
+        """Node `name`'s state, as in node_states()."""
+        return self.node_states()[name]
+
+    def wait_node_state(self, name: str, state: str, timeout: float = 10) -> str:
+        """Node `name`'s state once it is `state`, or the last one seen after `timeout` seconds.
+
+        A node leaves a job moments after srun returns: drained at once, it reads "draining" until then.
+        """
+        deadline = time.monotonic() + timeout
+        while (seen := self.node_state(name)) != state and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return seen
 
     def sbatch(self, script: Path, *options: str, env: dict[str, str] | None = None,
                timeout: float = 120) -> SlurmJob:
         """Submits `script` with `options` (not --output: the bed collects it), waits for the job to end."""
-        full_env = _host_env({**self.env, **(env or {})})
-        proc = subprocess.run(["sbatch", "--parsable", f"--output={self.folder}/job-%j.out", *options, str(script)],
-                              env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = self._client(["sbatch", "--parsable", f"--output={self.folder}/job-%j.out", *options, str(script)],
+                            env, timeout)
         job_id = proc.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise RuntimeError(f"sbatch did not submit (exit {proc.returncode}): {proc.stderr.strip()}")
         # Polling beats `sbatch --wait`, which sleeps 2 s, then 8 s, between its own looks.
         deadline = time.monotonic() + timeout
         while True:
-            show = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=full_env, capture_output=True,
-                                  text=True, check=True).stdout
-            fields = dict(word.split("=", 1) for word in show.split() if "=" in word)
+            show = self._client(["scontrol", "show", "job", "-o", job_id], env)
+            show.check_returncode()
+            fields = dict(word.split("=", 1) for word in show.stdout.split() if "=" in word)
             if fields["JobState"] in JOB_ENDED:
                 break
             if time.monotonic() > deadline:
@@ -106,10 +143,12 @@ class SlurmBed:
         return SlurmJob(int(job_id), fields["JobState"], -sig if sig else code, output)
 
 
-def _slurm_conf(folder: Path, cluster: str) -> str:
+def _slurm_conf(folder: Path, cluster: str, controller: str, nodes: dict[str, str], per_node: str = "") -> str:
+    """slurm.conf for `nodes` (name: the rest of its NodeName line); `per_node` ("-%n") tells apart the files of
+    several slurmd sharing the folder."""
     settings = {
         # Lower case, as Slurm wants; unique, so that a job's SLURM_CLUSTER_NAME tells which bed ran it.
-        "ClusterName": cluster, "SlurmctldHost": "localhost",
+        "ClusterName": cluster, "SlurmctldHost": controller,
         "SlurmctldPort": free_port(), "SlurmdPort": free_port(),
         # No munge: the bed trusts everyone on this machine, as a test should.
         "AuthType": "auth/none", "CredType": "cred/none", "SlurmUser": "root", "SlurmdUser": "root",
@@ -118,14 +157,26 @@ def _slurm_conf(folder: Path, cluster: str) -> str:
         "SelectType": "select/cons_tres", "SelectTypeParameters": "CR_Core",
         # Start batch jobs within a second of submission, not after the default 3 s batching delay.
         "SchedulerParameters": "batch_sched_delay=0",
-        "StateSaveLocation": folder / "state", "SlurmdSpoolDir": folder / "spool",
-        "SlurmctldPidFile": folder / "slurmctld.pid", "SlurmdPidFile": folder / "slurmd.pid",
-        "SlurmctldLogFile": folder / "slurmctld.log", "SlurmdLogFile": folder / "slurmd.log",
+        "StateSaveLocation": folder / "state", "SlurmdSpoolDir": folder / f"spool{per_node}",
+        "SlurmctldPidFile": folder / "slurmctld.pid", "SlurmdPidFile": folder / f"slurmd{per_node}.pid",
+        "SlurmctldLogFile": folder / "slurmctld.log", "SlurmdLogFile": folder / f"slurmd{per_node}.log",
     }
     lines = [f"{key}={value}" for key, value in settings.items()]
-    lines += [f"NodeName=localhost CPUs={os.cpu_count() or 1} State=UNKNOWN",
-              "PartitionName=bed Nodes=localhost Default=YES MaxTime=INFINITE State=UP"]
+    lines += [f"NodeName={name} {attributes} State=UNKNOWN" for name, attributes in nodes.items()]
+    lines.append(f"PartitionName=bed Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def _check_socket_room(spool: Path, node: str) -> None:
+    # Steps talk over unix sockets named <spool>/<node>_<job>.<step>, which must fit in 107 bytes, or every srun
+    # fails with "Unspecified error". 20 characters hold any job and step number.
+    if len(f"{spool}/{node}_") + 20 > 107:
+        raise ValueError(f"{spool.parent} is too long a path for Slurm's sockets: use tmp_path_factory.mktemp('slurm')")
+
+
+def _slurm_env(conf: Path, srun: str) -> dict[str, str]:
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.path.dirname(srun), os.environ.get("PATH", "")])
+    return {"SLURM_CONF": str(conf), "PATH": path}
 
 
 def _kill(pids: Sequence[int]) -> None:
@@ -148,6 +199,46 @@ def _marked(marker: bytes) -> list[int]:
 
 
 @contextmanager
+def _serving(bed: SlurmBed, daemons: dict[Path, list[str]], ready_timeout: float) -> Iterator[None]:
+    """Runs the bed's `daemons` (their output file: argv) until every node is idle; at exit stops them, and all
+    they started."""
+    # In the foreground (-D) the daemons stay our children, so a crash shows at once, and they also log to stderr,
+    # which catches what they say before their log files open.
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for out, argv in daemons.items():
+            with out.open("wb") as sink:
+                procs.append(subprocess.Popen(argv, env=_host_env(bed.env), stdout=sink, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if any(proc.poll() is not None for proc in procs):
+                pytest.skip(f"a Slurm daemon exited at start:\n{_tail(*daemons)}")
+            states = bed.node_states()
+            if states and set(states.values()) == {"idle"}:
+                break
+            if time.monotonic() > deadline:
+                pytest.skip(f"Slurm nodes not idle after {ready_timeout:.0f} s ({states}):\n{_tail(*daemons)}")
+            time.sleep(0.2)
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        # Step daemons and job tasks outlive slurmd. They, and a daemon deaf to SIGTERM, all inherited SLURM_CONF
+        # naming this bed's file.
+        for _ in range(50):
+            if not (leftovers := _marked(f"SLURM_CONF={bed.conf}".encode())):
+                break
+            _kill(leftovers)
+            time.sleep(0.1)
+        for proc in procs:
+            proc.wait()
+
+
+@contextmanager
 def slurm_cluster(folder: Path, ready_timeout: float = 30) -> Iterator[SlurmBed]:
     """A one-node Slurm (controller and node daemon) kept in `folder`; srun/sbatch reach it through `.env`.
 
@@ -156,54 +247,22 @@ def slurm_cluster(folder: Path, ready_timeout: float = 30) -> Iterator[SlurmBed]
     _require_root("a private Slurm")
     folder = folder.absolute()
     slurmctld, slurmd, srun = which_or_skip("slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scontrol")[:3]
-    # Steps talk over unix sockets named <spool>/localhost_<job>.<step>, which must fit in 107 bytes, or every
-    # srun fails with "Unspecified error".
-    if len(str(folder / "spool")) > 76:
-        raise ValueError(f"{folder} is too long a path for Slurm's sockets: use tmp_path_factory.mktemp('slurm')")
+    _check_socket_room(folder / "spool", "localhost")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "state").mkdir(exist_ok=True)
     (folder / "spool").mkdir(exist_ok=True)
     cluster = f"cb{secrets.token_hex(4)}"
     conf = folder / "slurm.conf"
-    conf.write_text(_slurm_conf(folder, cluster))
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.path.dirname(srun), os.environ.get("PATH", "")])
-    bed = SlurmBed(folder, conf, cluster, {"SLURM_CONF": str(conf), "PATH": path})
-    # In the foreground (-D) the daemons stay our children, so a crash shows at once, and they also log to stderr,
-    # which catches what they say before their log files open.
-    logs = [folder / "slurmctld.out", folder / "slurmd.out"]
-    daemons: list[subprocess.Popen[bytes]] = []
-    try:
-        for argv, out in zip(([slurmctld, "-D", "-c"], [slurmd, "-D", "-N", "localhost"]), logs):
-            with out.open("wb") as sink:
-                daemons.append(subprocess.Popen(argv, env=_host_env(bed.env), stdout=sink, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True))
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if any(daemon.poll() is not None for daemon in daemons):
-                pytest.skip(f"a Slurm daemon exited at start:\n{_tail(*logs)}")
-            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=_host_env(bed.env),
-                                   capture_output=True, text=True, check=False).stdout.strip()
-            if state == "idle":
-                break
-            if time.monotonic() > deadline:
-                pytest.skip(f"Slurm node not idle after {ready_timeout:.0f} s (state {state!r}):\n{_tail(*logs)}")
-            time.sleep(0.2)
+    conf.write_text(_slurm_conf(folder, cluster, "localhost", {"localhost": f"CPUs={os.cpu_count() or 1}"}))
+    bed = SlurmBed(folder, conf, cluster, _slurm_env(conf, srun))
+    with _serving(bed, {folder / "slurmctld.out": [slurmctld, "-D", "-c"],
+                        folder / "slurmd.out": [slurmd, "-D", "-N", "localhost"]}, ready_timeout):
         yield bed
-    finally:
-        for daemon in daemons:
-            daemon.terminate()
-        for daemon in daemons:
-            with suppress(subprocess.TimeoutExpired):
-                daemon.wait(timeout=10)
-        # Step daemons and job tasks outlive slurmd. They, and a daemon deaf to SIGTERM, all inherited SLURM_CONF
-        # naming this bed's file.
-        for _ in range(50):
-            if not (leftovers := _marked(f"SLURM_CONF={conf}".encode())):
-                break
-            _kill(leftovers)
-            time.sleep(0.1)
-        for daemon in daemons:
-            daemon.wait()
+
+
+def _named(hostname: str, argv: Sequence[str]) -> list[str]:
+    """`argv` under host name `hostname`, in a UTS namespace of its own: the machine's name stays as it is."""
+    return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *argv]
 
 
 @dataclass
@@ -211,6 +270,7 @@ class NetnsBed:
     names: list[str]
     subnet: str
     ip: str
+    nsenter: str
 
     def addr(self, node: int) -> str:
         """Node `node`'s address on eth0, the only link between nodes."""
@@ -218,9 +278,15 @@ class NetnsBed:
 
     def argv(self, node: int, argv: Sequence[str], hostname: str | None = None) -> list[str]:
         """`argv` run in node `node`'s namespace, under its own host name: node<i>, which all nodes resolve."""
-        name = hostname or f"node{node}"
-        return [self.ip, "netns", "exec", self.names[node], "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', name, *argv]
+        return [self.ip, "netns", "exec", self.names[node], *_named(hostname or f"node{node}", argv)]
+
+    def enter(self, node: int, argv: Sequence[str], hostname: str | None = None) -> list[str]:
+        """`argv` run in node `node`'s network, under `hostname` if given, but otherwise as on the host.
+
+        Unlike argv(), it keeps the host's mounts: /sys/fs/cgroup, which slurmd needs (`ip netns exec` mounts a
+        fresh /sys), and the host's /etc/hosts, not the node's.
+        """
+        return [self.nsenter, f"--net=/run/netns/{self.names[node]}", *(_named(hostname, argv) if hostname else argv)]
 
     def popen(self, node: int, argv: Sequence[str], env: dict[str, str] | None = None, hostname: str | None = None,
               **kwargs: Any) -> subprocess.Popen:
@@ -233,11 +299,24 @@ class NetnsBed:
         return subprocess.run(self.argv(node, argv, hostname), env={**os.environ, **(env or {})},
                               capture_output=True, text=True, timeout=timeout, check=False)
 
+    def set_rate(self, node: int, rate: str | None) -> None:
+        """Caps what node `node` sends at `rate` ("200mbit"), or lifts the cap (None); traffic under way feels it."""
+        (tc,) = which_or_skip("tc")
+        at_eth0 = [tc, "-n", self.names[node], "qdisc"]
+        if rate is not None:
+            # This kernel has no netem: a token bucket is the one way to slow a link.
+            _must(*at_eth0, "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "64kb", "latency", "400ms")
+        elif "tbf" in subprocess.run([*at_eth0, "show", "dev", "eth0", "root"], capture_output=True, text=True,
+                                     check=False).stdout:
+            # `tc qdisc del` fails where there is nothing to delete; lifting no cap is no error.
+            _must(*at_eth0, "del", "dev", "eth0", "root")
 
-def _ip(ip: str, *args: str) -> None:
-    proc = subprocess.run([ip, *args], capture_output=True, text=True, check=False)
+
+def _must(*argv: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        pytest.skip(f"cannot build the namespace bed: `ip {' '.join(args)}`: {proc.stderr.strip()}")
+        command = " ".join([Path(argv[0]).name, *argv[1:]])
+        pytest.skip(f"cannot build the namespace bed: `{command}`: {proc.stderr.strip()}")
 
 
 @contextmanager
@@ -248,33 +327,32 @@ def netns_cluster(n_nodes: int, slow: dict[int, str] | None = None) -> Iterator[
     The bridge is in a namespace of its own, so nothing touches the host's network.
     """
     _require_root("network namespaces")
-    ip, _, *tc = which_or_skip("ip", "unshare", *(["tc"] if slow else []))
+    ip, _, nsenter = which_or_skip("ip", "unshare", "nsenter")
     token = secrets.token_hex(3)
     # Beds never see each other (each has its own bridge), so the subnet only needs to differ for readable logs.
     subnet = f"10.{200 + secrets.randbelow(55)}.{secrets.randbelow(256)}"
-    bed = NetnsBed([f"cb{token}-n{i}" for i in range(n_nodes)], subnet, ip)
+    bed = NetnsBed([f"cb{token}-n{i}" for i in range(n_nodes)], subnet, ip, nsenter)
     bridge = f"cb{token}-br"
     made: list[str] = []
     try:
         for ns in (bridge, *bed.names):
-            _ip(ip, "netns", "add", ns)
+            _must(ip, "netns", "add", ns)
             made.append(ns)
-        _ip(ip, "-n", bridge, "link", "add", "br0", "type", "bridge")
-        _ip(ip, "-n", bridge, "link", "set", "br0", "up")
+        _must(ip, "-n", bridge, "link", "add", "br0", "type", "bridge")
+        _must(ip, "-n", bridge, "link", "set", "br0", "up")
         hosts = "127.0.0.1 localhost\n" + "".join(f"{bed.addr(i)} node{i}\n" for i in range(n_nodes))
         for i, ns in enumerate(bed.names):
-            _ip(ip, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", bridge)
-            _ip(ip, "-n", bridge, "link", "set", f"p{i}", "master", "br0", "up")
-            _ip(ip, "-n", ns, "addr", "add", f"{bed.addr(i)}/24", "dev", "eth0")
-            _ip(ip, "-n", ns, "link", "set", "eth0", "up")
-            _ip(ip, "-n", ns, "link", "set", "lo", "up")
+            _must(ip, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", bridge)
+            _must(ip, "-n", bridge, "link", "set", f"p{i}", "master", "br0", "up")
+            _must(ip, "-n", ns, "addr", "add", f"{bed.addr(i)}/24", "dev", "eth0")
+            _must(ip, "-n", ns, "link", "set", "eth0", "up")
+            _must(ip, "-n", ns, "link", "set", "lo", "up")
             # `ip netns exec` binds this over /etc/hosts, so host names resolve inside the node as on a cluster.
             etc = Path("/etc/netns") / ns
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(hosts)
         for i, rate in (slow or {}).items():
-            _ip(ip, "netns", "exec", bed.names[i], tc[0], "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
-                "burst", "64kb", "latency", "400ms")
+            bed.set_rate(i, rate)
         yield bed
     finally:
         for ns in reversed(made):
@@ -283,3 +361,114 @@ def netns_cluster(n_nodes: int, slow: dict[int, str] | None = None) -> Iterator[
             _kill([int(pid) for pid in pids.split()])
             subprocess.run([ip, "netns", "del", ns], capture_output=True, check=False)
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+
+
+HOSTS = Path("/etc/hosts")
+HOSTS_LOCK = Path("/run/clusterbench-etc-hosts.lock")
+
+
+@contextmanager
+def _hosts_lock() -> Iterator[None]:
+    # Beds side by side (pytest-xdist) edit the one /etc/hosts: unserialised, one would drop another's lines.
+    with HOSTS_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextmanager
+def _host_names(addresses: dict[str, str]) -> Iterator[None]:
+    """`name: address` entries in the host's /etc/hosts while the block runs; exactly those go again at exit."""
+    ours = [f"{address} {name}" for name, address in addresses.items()]
+    with _hosts_lock():
+        text = HOSTS.read_text()
+        with HOSTS.open("a") as hosts:
+            hosts.write(("" if text.endswith("\n") or not text else "\n") + "".join(f"{line}\n" for line in ours))
+    try:
+        yield
+    finally:
+        with _hosts_lock(), HOSTS.open("r+") as hosts:
+            kept = "".join(line for line in hosts.readlines() if line.rstrip("\n") not in ours)
+            # Rewritten in place, not renamed over: /etc/hosts is often a bind mount. Our lines are usually last,
+            # so the rewrite changes no byte before the truncation and no reader sees a half-written file.
+            hosts.seek(0)
+            hosts.write(kept)
+            hosts.truncate()
+
+
+@dataclass
+class SlurmNodesBed(SlurmBed):
+    names: list[str]  # Slurm's node names, each also its node's host name; names[i] is netns node i
+    netns: NetnsBed
+
+    def _where(self, argv: Sequence[str]) -> list[str]:
+        # The controller listens on node 0's address, which only node 0's network reaches.
+        return self.netns.enter(0, argv)
+
+
+@contextmanager
+def slurm_nodes(folder: Path, n_nodes: int, slow: dict[int, str] | None = None,
+                ready_timeout: float = 60) -> Iterator[SlurmNodesBed]:
+    """A Slurm of `n_nodes` one-CPU nodes, one slurmd in each node of a netns_cluster (`slow` as there), kept in
+    `folder`; the controller runs on node 0.
+
+    Clients must run in node 0's network: use the bed's methods, or `bed.netns.enter(0, argv)` with `bed.env`.
+    Job tasks see the host's /etc/hosts, in which the bed names the nodes while it runs.
+    """
+    _require_root("a multi-node Slurm")
+    folder = folder.absolute()
+    slurmctld, slurmd, srun = which_or_skip("slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scontrol")[:3]
+    # Unique names: beds running side by side share /etc/hosts.
+    cluster = f"cb{secrets.token_hex(4)}"
+    names = [f"{cluster}n{i}" for i in range(n_nodes)]
+    _check_socket_room(folder / f"spool-{names[-1]}", names[-1])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "state").mkdir(exist_ok=True)
+    for name in names:
+        (folder / f"spool-{name}").mkdir(exist_ok=True)
+    conf = folder / "slurm.conf"
+    with netns_cluster(n_nodes, slow) as net, _host_names({name: net.addr(i) for i, name in enumerate(names)}):
+        conf.write_text(_slurm_conf(folder, cluster, f"{names[0]}({net.addr(0)})",
+                                    {name: f"NodeAddr={net.addr(i)} CPUs=1" for i, name in enumerate(names)}, "-%n"))
+        bed = SlurmNodesBed(folder, conf, cluster, _slurm_env(conf, srun), names, net)
+        # slurmctld and each slurmd check that the host name is the one slurm.conf gives them.
+        daemons = {folder / "slurmctld.out": net.enter(0, [slurmctld, "-D", "-c"], names[0])}
+        daemons |= {folder / f"slurmd-{name}.out": net.enter(i, [slurmd, "-D", "-N", name], name)
+                    for i, name in enumerate(names)}
+        with _serving(bed, daemons, ready_timeout):
+            yield bed
+
+
+@contextmanager
+def cpu_quota(fraction: float) -> Iterator[Callable[[int], None]]:
+    """A cgroup whose processes together get at most `fraction` of one CPU; yields add(pid), which puts a process
+    (all its threads) in it, and with it the children it starts afterwards. At exit its processes go back to the
+    root cgroup."""
+    _require_root("a CPU quota")
+    period = 100_000
+    quota = max(1000, round(fraction * period))  # the kernel's floor is 1 ms a period
+    v1, v2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+    if (v1 / "cpu.cfs_quota_us").exists():
+        root, limits = v1, {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(quota)}
+    elif (v2 / "cgroup.subtree_control").exists() and "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+        root, limits = v2, {"cpu.max": f"{quota} {period}"}
+    else:
+        pytest.skip("no cgroup CPU controller: neither cgroup v1's /sys/fs/cgroup/cpu nor cgroup v2's with cpu enabled")
+    group = root / f"clusterbench-{secrets.token_hex(4)}"
+    group.mkdir()
+    try:
+        for name, value in limits.items():
+            (group / name).write_text(value)
+        # cgroup.procs, not v1's `tasks`: `tasks` takes one thread, and a torch process has many.
+        yield lambda pid: (group / "cgroup.procs").write_text(str(pid))
+    finally:
+        for _ in range(50):
+            for pid in (group / "cgroup.procs").read_text().split():
+                with suppress(ProcessLookupError):  # ended meanwhile
+                    (root / "cgroup.procs").write_text(pid)
+            try:
+                group.rmdir()
+                break
+            except OSError:  # busy while an exiting process still counts as inside
+                time.sleep(0.1)
+        else:
+            group.rmdir()  # says why it still cannot go

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,42 @@ def read_run(path: Path) -> dict:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def start_nodes(nodes: int, args: list[str], per_node: int = 1, master: str = "127.0.0.1", port: int | None = None,
+                env_of: Callable[[int], dict[str, str]] = lambda node: {},
+                popen: Callable[..., subprocess.Popen] | None = None) -> list[subprocess.Popen]:
+    """`clusterbench ARGS` as every rank of a job of `nodes` x `per_node` ranks, its variables set by
+    hand as torchrun would set them (GROUP_RANK tells the nodes apart on one host). `popen(node, argv,
+    env=...)` starts a rank on a node of a bed; by default every rank runs here, on loopback."""
+    if port is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    procs = []
+    for node in range(nodes):
+        for local in range(per_node):
+            env = {"RANK": str(node * per_node + local), "WORLD_SIZE": str(nodes * per_node),
+                   "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(node),
+                   "MASTER_ADDR": master, "MASTER_PORT": str(port), **env_of(node)}
+            argv = [sys.executable, "-m", "clusterbench", *args]
+            if popen is None:
+                procs.append(subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+            else:
+                procs.append(popen(node, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Each process's ending, in order; one still running after `timeout` is killed and fails the test."""
+    done = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done

@@ -49,12 +49,14 @@ def test_the_canary_is_the_shipped_task_and_says_when_it_cannot_run() -> None:
     assert job.exact_float32 and job.reference_label == "tiny-cpu-float32"
     assert (job.config.preset, job.config.dtype, job.config.global_batch, job.config.seq_len) == (
         "tiny", "float32", 16, 64)
-    with pytest.raises(UsageError, match="not divisible"):
-        train_job.canary(32)  # 16 rows do not divide among 32 ranks
+    with pytest.raises(UsageError, match="smaller than the 17 ranks"):
+        train_job.canary(17)  # some rank would hold none of the 16 rows
     # As a stage: it comes with a train stage that is not already its task, and says why it cannot run.
     other = train_job.build(TrainOptions(preset="tiny", seed=3), "cpu", 2)
-    for world, train, reason in ((8, None, None), (8, job, None), (32, other, "do not split evenly over 32 ranks")):
+    for world, train, reason in ((8, None, None), (8, job, None), (17, other, "give each of 17 ranks a row")):
         with pytest.raises(NotRun) as left_out:
             canary.STAGE.resolve(NoOptions(), Context(JobShape(world, "cpu", "gloo", world), plan_of=lambda _, job=train: job))
         assert (left_out.value.reason is None) if reason is None else reason in left_out.value.reason
-    assert canary.STAGE.resolve(NoOptions(), Context(JobShape(8, "cpu", "gloo", 8), plan_of=lambda _: other)).exact_float32
+    # 3 ranks hold 6+5+5 of the 16 rows, each in 2 micro-batches.
+    uneven = canary.STAGE.resolve(NoOptions(), Context(JobShape(3, "cpu", "gloo", 3), plan_of=lambda _: other))
+    assert uneven.exact_float32 and (uneven.config.micro_batch, uneven.config.grad_accum) == (3, 2)

@@ -157,7 +157,7 @@ OUT_OF_RANGE = {
              "-e": ["-1", "lots"], "-f": ["1", "0.5", "nan"], "--iters": ["0", "-3", "many"], "--warmup": ["0"],
              "--time-budget": ["0", "nan", "-1"], "--root": ["-1", "99"], "--dtype": ["complex64"],
              "--ops": ["", "all_reduce,,bogus"]},
-    "train": {"--seq-len": ["0", "-64"], "--global-batch": ["0", "7"], "--micro-batch": ["0"], "--steps": ["0"],
+    "train": {"--seq-len": ["0", "-64"], "--global-batch": ["0", "1"], "--micro-batch": ["0"], "--steps": ["0"],
               "--warmup-steps": ["-1", "100"], "--lr": ["0", "nan", "-1"], "--lr-warmup-steps": ["-1"],
               "--seed": ["-1", "x"], "--peak-tflops": ["0", "inf"], "--repeats": ["0"], "--mre-limit": ["nan", "0"],
               "--variance-limit": ["-1"], "--preset": ["huge"], "--dtype": ["int8"]},

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from beds import NetnsBed, netns_cluster
-from conftest import read_run
+from conftest import finish, read_run, start_nodes
 
 NODES = 3
 SLOW = 2
@@ -53,3 +53,19 @@ def test_pairwise_flags_the_slow_node_and_inter_shows_it(tmp_path: Path) -> None
     assert max(r["busbw_gbps"] for r in rows) < 0.3  # the ring crosses the slow node's link
     network = [line for line in inter.stdout.splitlines() if line.startswith("# network:")]
     assert network and "eth0" in network[0], inter.stdout
+
+
+def test_run_across_nodes_fails_what_fleet_would_cut(tmp_path: Path) -> None:
+    """`run --skip train` used to say "PASS: fit to train" here, with all_reduce at 0.08 Gbps: on CPUs no link
+    table applies, and nothing compared the nodes. (Training at 3 ranks: test_train.py.)"""
+    out = tmp_path / "run"
+    with netns_cluster(NODES, slow={SLOW: "200mbit"}) as bed:
+        rank0 = finish(start_nodes(NODES, ["run", "--quick", "--skip", "train", "--iface", "eth0", "--timeout", "60",
+                                           "--out", str(out)], master=bed.addr(0), port=int(PORT), popen=bed.popen),
+                       timeout=300)[0]
+    assert rank0.returncode == 1, (rank0.stdout[-3000:], rank0.stderr[-2000:])
+    run = read_run(out)
+    fleet = {v["check"]: v for v in run["verdicts"]}["fleet"]
+    assert fleet["status"] == "FAIL" and f"node{SLOW}" in fleet["detail"], run["verdicts"]
+    assert [row["node"] for row in run["fleet"]["nodes"] if row["verdict"] == "EXCLUDE"] == [f"node{SLOW}"]
+    assert "FAIL: not fit to train as measured" in rank0.stdout

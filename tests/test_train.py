@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import GPT2, assert_one_line_error, read_run, run_cli
 
+from clusterbench.errors import UsageError
 from clusterbench.train import flops, models
+from clusterbench.train.data import share
+from clusterbench.train.loop import accumulation, split
 
 SHORT = ["--steps", "24", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "2",
          "--peak-tflops", "1"]
@@ -114,6 +117,39 @@ def test_one_rank_aligns_with_two(short_ref, tmp_path: Path) -> None:
     assert read_run(tmp_path / "one")["train"]["config"]["grad_accum"] == 2
 
 
+def test_three_ranks_split_unevenly_train_the_one_rank_curve(tmp_path: Path) -> None:
+    """16 rows over 3 ranks are 6+5+5, cut into micro-batches of 3+3 or 3+2 rows. Three steps: the third is
+    the first whose update weighs gradient magnitudes (Adam's first follows their signs). Weighting each
+    rank's rows by its own loss tokens moves steps 2 and 3 by 6e-5 and 8e-5; float32 reordering by 1e-7."""
+    procs = {n: train(tmp_path / n, "--nproc", n, "--steps", "3", "--warmup-steps", "1", "--peak-tflops", "1")
+             for n in ("1", "3")}
+    for proc in procs.values():
+        assert proc.returncode == 0, proc.stderr
+    assert "global batch 16 over 3 ranks (6 rows on 1, 5 on 2), each in 2 micro-batches of at most 3 rows" \
+        in procs["3"].stdout
+    one, three = (read_run(tmp_path / n)["train"] for n in ("1", "3"))
+    assert (three["config"]["micro_batch"], three["config"]["grad_accum"]) == (3, 2)
+    assert three["losses"] == pytest.approx(one["losses"], rel=1e-5)
+
+
+def test_every_rank_runs_as_many_micro_batches_none_empty() -> None:
+    """FSDP gathers parameters in each forward: a rank that ran fewer would hang the others."""
+    for global_batch in range(1, 41):
+        for world in range(1, 18):
+            for most in range(1, 6):
+                try:
+                    micro, accum = split(global_batch, world, most)
+                except UsageError:
+                    assert global_batch < world or (most == 1 and global_batch % world)
+                    continue
+                assert accumulation(global_batch, world, micro) == accum  # what the loop derives again
+                shares = [share(global_batch, world, r) for r in range(world)]
+                sizes = [c.stop - c.start for s in shares
+                         for c in (share(s.stop - s.start, accum, i) for i in range(accum))]
+                assert sum(sizes) == global_batch and max(sizes) == micro <= most
+                assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+
+
 def test_fsdp_with_checkpointing_aligns(short_ref, tmp_path: Path) -> None:
     ref, _ = short_ref
     proc = train(tmp_path / "fsdp", *SHORT, "--parallel", "fsdp", "--activation-checkpointing",
@@ -182,7 +218,8 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--model-config", "{gpt2}", "--seq-len", "64"], "max_position_embeddings 32"),
     (["--save-reference", "/proc/clusterbench/ref.json"], "--save-reference"),
     (["--save-reference", "{run_json}"], "would replace a file of the run"),
-    (["--global-batch", "10", "--micro-batch", "4"], "multiple of 4 x 2 = 8"),
+    (["--global-batch", "1"], "--global-batch 1 is smaller than the 2 ranks"),
+    (["--global-batch", "7", "--micro-batch", "1"], "leaves some rank 3 rows"),
     (["--reference", "{missing}"], "--reference"),
     (["--reference", "tiny-cpu-float32", "--steps", "24"], "step count 100, this run has 24"),
     # Configs transformers refuses, and one that would only fail inside the ranks: one short line each.

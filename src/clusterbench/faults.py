@@ -5,6 +5,8 @@ Set through environment variables that no user sets:
       stops responding when it reaches step STEP (1-based) of its sweep.
   CLUSTERBENCH_TEST_CORRUPT="OP:RANK": that rank's checked output of OP gets one wrong element.
   CLUSTERBENCH_TEST_NAN_STEP="STEP": rank 0's training loss becomes NaN at optimizer step STEP (1-based).
+  CLUSTERBENCH_TEST_SDC="RANK:STEP": that rank's numerics task drifts slightly from step STEP (1-based) on,
+      as a device that silently computes wrong numbers would.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 FAULT_ENV = "CLUSTERBENCH_TEST_FAULT"
 CORRUPT_ENV = "CLUSTERBENCH_TEST_CORRUPT"
 NAN_STEP_ENV = "CLUSTERBENCH_TEST_NAN_STEP"
+SDC_ENV = "CLUSTERBENCH_TEST_SDC"
+# The drift: a relative change in the loss small enough to pass every tolerance but a bitwise one.
+SDC_DRIFT = 2.0**-20
 
 
 def at_step(rank: int, step: int) -> None:
@@ -41,3 +46,13 @@ def corrupt(op: str, rank: int, out: Any) -> None:
 def poisoned(step: int, rank: int) -> bool:
     """Whether this rank's loss of this optimizer step is to become NaN."""
     return rank == 0 and os.environ.get(NAN_STEP_ENV) == str(step)
+
+
+def drift(rank: int, step: int) -> float:
+    """The factor this rank's numerics-task loss of this step (1-based) is scaled by: 1, unless the
+    test asked this rank to drift from an earlier or this step on."""
+    spec = os.environ.get(SDC_ENV)
+    if not spec:
+        return 1.0
+    drift_rank, drift_step = spec.split(":")
+    return 1.0 + SDC_DRIFT if int(drift_rank) == rank and step >= int(drift_step) else 1.0

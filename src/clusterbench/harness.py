@@ -32,7 +32,7 @@ from clusterbench.rank import Progress, Rank
 from clusterbench.rendezvous import check_address
 from clusterbench.results import documents
 from clusterbench.results.folder import NCCL_LOGS, RunFolder, announce, claim, default_run_dir, load_run, save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.schema import Lost, Run
 from clusterbench.shape import JobShape
 from clusterbench.telemetry.recorder import start as recording
 from clusterbench.telemetry.sampler import DEFAULT_HZ
@@ -190,6 +190,8 @@ def _finished_run(run_dir: Path, outcome: launch.Outcome) -> Run | None:
     if outcome.code != EXIT_OK:
         run.status = "interrupted" if outcome.code == EXIT_INTERRUPTED else "failed"
         run.error, run.finished_utc = outcome.message, run.finished_utc or documents.utc_stamp()
+        nodes = {p.rank: p.node for p in run.env.ranks}
+        run.lost = [Lost(rank, nodes.get(rank, "?"), during) for rank, during in outcome.lost]
     from clusterbench.nccl.jobs import read_folder
 
     try:

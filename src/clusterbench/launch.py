@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -35,6 +36,8 @@ from clusterbench.units import ranks_text
 
 # After the first rank fails, the others get this long to notice and exit on their own.
 GRACE_S = 3.0
+# How often a rank's process says it lives; a survivor waits a few beats to tell the dead from the waiting.
+BEAT_S = 0.5
 
 JobFn = Callable[[Worker, Any, Progress], None]
 
@@ -56,6 +59,7 @@ class Outcome:
 
     code: int
     message: str | None = None
+    lost: tuple[tuple[int, str | None], ...] = ()  # the ranks that died, hung or went silent, and where they were
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,12 @@ def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
             os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = job.iface
         me = Member(seat.rank, socket.gethostname(), seat.local_rank, seat.node_index)
         members = rdzv.join(me, job.dist.timeout_s)
-        worker = init(job.dist, seat.rank, seat.world_size, seat.local_rank, rdzv.group_store(), members)
-        job.fn(worker, job.payload, progress)
+        alive = _heartbeat(rdzv, seat.rank)
+        try:
+            worker = init(job.dist, seat.rank, seat.world_size, seat.local_rank, rdzv.group_store(), members)
+            job.fn(worker, job.payload, progress)
+        finally:
+            alive.set()
         return Outcome(EXIT_OK)
     except UsageError as e:
         code, kind, message = EXIT_USAGE, "usage", one_line(e)
@@ -95,6 +103,22 @@ def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
             traceback.print_exc()
     progress.error(kind, message)
     return Outcome(code, message)
+
+
+def _heartbeat(rdzv: Rendezvous, rank: int) -> threading.Event:
+    """Count this rank's signs of life on the board every BEAT_S until the returned event is set: a
+    rank blocked in a collective (waiting on a dead peer) still counts, a dead or stopped one does not."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(BEAT_S):
+            try:
+                rdzv.beat(rank)
+            except (RuntimeError, OSError):  # the store's host is gone: nobody is left to tell
+                return
+
+    threading.Thread(target=beat, name="clusterbench-heartbeat", daemon=True).start()
+    return stop
 
 
 # NCCL's own account of a run: what it found and chose at start-up, and its network. TUNING (a
@@ -156,8 +180,8 @@ def _run_joined(job: Job, me: Joined) -> Outcome:
     if outcome.code == EXIT_USAGE or me.world_size == 1 or not dist.is_initialized():
         return outcome
     line, silent = _survivor_report(rdzv, me.rank, outcome.message or "")
-    _leave(rdzv, me, me.world_size - silent)
-    return Outcome(outcome.code, line)
+    _leave(rdzv, me, me.world_size - len(silent))
+    return Outcome(outcome.code, line, silent)
 
 
 def _leave(rdzv: Rendezvous, me: Joined, expected: int) -> None:
@@ -172,9 +196,9 @@ def _leave(rdzv: Rendezvous, me: Joined, expected: int) -> None:
         pass
 
 
-def _survivor_report(rdzv: Rendezvous, rank: int, own: str) -> tuple[str, int]:
+def _survivor_report(rdzv: Rendezvous, rank: int, own: str) -> tuple[str, tuple[tuple[int, str | None], ...]]:
     """Under an external launcher: wait for the others to report, then name the silent ranks.
-    Returns the line and how many ranks went silent."""
+    Returns the line and the silent ranks, each with where it was."""
     endings: dict[int, tuple[str, str]] = {}
     where: dict[int, str] = {}
     deadline = time.monotonic() + GRACE_S
@@ -184,13 +208,30 @@ def _survivor_report(rdzv: Rendezvous, rank: int, own: str) -> tuple[str, int]:
         endings, where = rdzv.endings(), rdzv.whereabouts()
     except (RuntimeError, OSError):
         pass  # the store's host is gone too: say what was seen before it went
-    silent = [r for r in range(rdzv.world_size) if r not in endings and r != rank]
+    silent = _stopped(rdzv, [r for r in range(rdzv.world_size) if r not in endings and r != rank])
+    lost = tuple((r, where.get(r)) for r in silent)
     if not endings:
-        return f"rank {rank}: {own}", len(silent)
+        return f"rank {rank}: {own}", lost
     if not silent:
         first = min(endings, key=lambda r: (endings[r][0] != "result", r))
-        return f"rank {first}: {endings[first][1]}", 0
-    return f"{waiting_text(silent, where, rdzv.members)} (rank {rank} saw: {_gist(own)})", len(silent)
+        return f"rank {first}: {endings[first][1]}", ()
+    return f"{waiting_text(silent, where, rdzv.members)} (rank {rank} saw: {_gist(own)})", lost
+
+
+def _stopped(rdzv: Rendezvous, quiet: list[int]) -> list[int]:
+    """Of the ranks that have not said how they ended, those whose process stopped beating: they died
+    or were stopped, and the others are alive, blocked on them until their own timeout. Where every
+    quiet rank still beats, none can be told from the others (a hang looks like a wait): all stay quiet."""
+    if not quiet:
+        return quiet
+    try:
+        before = rdzv.beats()
+        time.sleep(3 * BEAT_S)
+        after = rdzv.beats()
+    except (RuntimeError, OSError):
+        return quiet  # the store's host is gone: nobody can tell
+    stopped = [r for r in quiet if after.get(r, 0) <= before.get(r, 0)]
+    return stopped or quiet
 
 
 def _gist(message: str) -> str:
@@ -256,12 +297,13 @@ def outcome_of(codes: dict[int, int | None], hung: list[int], rdzv: Rendezvous, 
     if died:
         r = died[0]
         how = f"killed by {signal.Signals(-codes[r]).name}" if codes[r] < 0 else f"exit code {codes[r]}"
-        return Outcome(EXIT_FAILED, f"rank {r} died ({how}){during(r)}; the other ranks were stopped")
+        return Outcome(EXIT_FAILED, f"rank {r} died ({how}){during(r)}; the other ranks were stopped",
+                       tuple((d, where.get(d)) for d in died))
     if hung:
         waiting = [r for r in where if r not in hung]
         others = f"; {ranks_text(waiting)} gave up" if waiting else "; the other ranks gave up"
         return Outcome(EXIT_FAILED, f"{ranks_text(hung)} stopped responding{during(hung[0])}{others} "
-                                    f"after the {timeout_s:g} s timeout")
+                                    f"after the {timeout_s:g} s timeout", tuple((h, where.get(h)) for h in hung))
     results = [r for r, (kind, _) in sorted(errors.items()) if kind == "result"]
     if results:
         return Outcome(EXIT_FAILED, errors[results[0]][1])

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from clusterbench import hostlist
 from clusterbench.args import clipped
 from clusterbench.errors import UsageError
 
@@ -74,29 +75,12 @@ def _derived_port(*parts: str | None) -> int | None:
     return PORT_BASE + sum(n * 7919**i for i, n in enumerate(numbers)) % PORT_SPAN
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host lists: "gpu[01-03,07],login1" -> gpu01 gpu02 gpu03 gpu07 login1.
-    A range that is not numbers, or longer than any job, is a ValueError."""
-    hosts: list[str] = []
-    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
-        if plain:
-            hosts.append(plain)
-            continue
-        for part in ranges.split(","):
-            span = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
-            if not span or int(span[2] or span[1]) - int(span[1]) > MAX_WORLD_SIZE:
-                raise ValueError(f"cannot read the host range [{ranges}]")
-            lo, hi = span[1], span[2] or span[1]
-            hosts.extend(f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
-    return hosts
-
-
 def _first_slurm_host(env: Mapping[str, str]) -> str | None:
     key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None)
     if key is None:
         return None
     try:
-        hosts = expand_hostlist(env[key])
+        hosts = hostlist.expand(env[key])
     except ValueError:
         raise UsageError(f"srun set {key}={clipped(env[key])!r}, which is not a Slurm host list") from None
     return hosts[0] if hosts else None

@@ -17,12 +17,13 @@ from clusterbench.report.expected import expected_section
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run
 from clusterbench.results.schema import Run, Verdict
-from clusterbench.stages import canary, comm, hardware, peaks, train
+from clusterbench.stages import canary, comm, fleet, hardware, peaks, train
 from clusterbench.stages.stage import Stage
 
 STAGES: tuple[Stage, ...] = (
     hardware.STAGE,
     peaks.STAGE,
+    fleet.STAGE,
     comm.STAGE,
     canary.STAGE,
     train.STAGE,

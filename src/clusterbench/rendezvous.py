@@ -4,7 +4,8 @@ then a board where each rank leaves where it is and how it ended.
 Joining through our own keys rather than inside init_process_group lets a rendezvous that
 never completes name the hosts that came. The `at` and `end` keys let whoever is left (the
 local supervisor, the Ray driver, or any surviving rank under an external launcher) say
-which rank stopped where while the others waited.
+which rank stopped where while the others waited; the `beat` keys, which every rank's process
+counts up while it lives, tell a rank that died or stopped from one still waiting on it.
 """
 
 from __future__ import annotations
@@ -111,6 +112,14 @@ class Rendezvous:
     def ended(self) -> int:
         """How many ranks have said how they ended: one request, however many ranks there are."""
         return self.store.add("ended", 0)
+
+    def beat(self, rank: int) -> None:
+        """One more sign of life of this rank's process (rank.py's heartbeat, while its work runs)."""
+        self.store.add(self._key("beat", rank), 1)
+
+    def beats(self) -> dict[int, int]:
+        """Each rank's count of signs of life: one that stops counting has died or stopped."""
+        return {r: int(text) for r, text in self._present("beat").items()}
 
     def whereabouts(self) -> dict[int, str]:
         return self._present("at")

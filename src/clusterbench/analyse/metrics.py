@@ -14,7 +14,8 @@ nodes and ranks), nccl.* (what NCCL's log says: analyse/nccl.py), hardware.pcie.
 hardware.affinity.far_from_gpu (ranks pinned to another NUMA node than their GPU),
 train.<summary figure>, train.completed, train.alignment.<figure>, canary.completed and
 canary.alignment.<figure> (the numerics canary), peaks.matmul.<dtype>.tflops, peaks.copy.gbps,
-telemetry.<throttled|ecc_grown|stragglers> (analyse/telemetry.py), and run.failed (only in a
+telemetry.<throttled|ecc_grown|stragglers> (analyse/telemetry.py), fleet.<excluded|suspects|
+flaky_links|odd_facts> (analyse/fleet.py), and run.failed (only in a
 run that did not complete).
 
 Beside the values: a note that puts a value in words for a verdict line, and for a metric
@@ -57,7 +58,7 @@ KINDS: tuple[Kind, ...] = (
     Kind(r"(train|canary)\.alignment\.mre", "lower", floor=0.002),
     Kind(r"(train|canary)\.alignment\.first_step_error", "lower", floor=0.0005),
     Kind(r"(train|canary)\.alignment\..*", None),
-    Kind(r"train\.peak_memory_bytes|hardware\.(pcie\.downtrained|affinity\..*)|run\.failed", "lower"),
+    Kind(r"train\.peak_memory_bytes|hardware\.(pcie\.downtrained|affinity\..*)|run\.failed|fleet\..*", "lower"),
     Kind(r"nccl\.net\.socket_with_rdma|nccl\.p2p\.shm_between_nvlink_gpus", "lower"),
     Kind(r"nccl\.net\.gdr", "higher"),
     Kind(r"nccl\..*", None),

@@ -16,7 +16,7 @@ from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import judge
 from clusterbench.command import RankCommand
 from clusterbench.errors import EXIT_OK, RunFailed, UsageError
-from clusterbench.registry import STAGES, metrics_of
+from clusterbench.registry import STAGES, metrics_of, render_report
 from clusterbench.results.schema import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Context, NotRun, Stage
@@ -39,6 +39,8 @@ def conclude(stage: Stage, run: Run, plan: Any, run_dir: Path) -> int:
     rules = [r for r in default_rules() if r.name in stage.checks]
     if len(rules) != len(stage.checks):  # a renamed default rule must not let failures pass
         raise LookupError(f"default_rules.yaml lacks one of the checks {stage.checks}")
+    if stage.writes_report:
+        print(f"# report: {render_report(run_dir, run)}", flush=True)
     for v in judge(metrics, run.expected, rules):
         if v.status == "FAIL":
             raise RunFailed(f"{v.check} FAIL: {v.detail}")

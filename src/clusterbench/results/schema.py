@@ -1,6 +1,8 @@
 """run.json: every section as a typed record, the one layout every command writes and reads.
 
-Version 4 (this one) against version 3: the alpha-beta model's section is `cost_model` (version 3
+Version 5 (this one) against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
+and the ranks a failed job lost (`lost`), which older folders lack and read as empty. Version 4
+against version 3: the alpha-beta model's section is `cost_model` (version 3
 called it `model`, beside the fine-tuned model's own fields), and `extra` holds the sections of
 stages the schema does not name (docs/architecture.md). Version 3 against version 2: each
 `expected` figure is a record that says where it comes from (version 2 kept a bare number, given
@@ -8,7 +10,7 @@ with --expect-busbw), and the new `expected_note`, `canary`, `telemetry` and eac
 NUMA nodes, which older folders lack and read as empty. Version 2 against 1: a "kind" key, a GPU's
 PCIe fields grouped under "pcie", `expected` figures, a train section's `reference_note` and
 summary `stop_reason`, verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is
-null). Older folders are read through `upgrade_v1`, `upgrade_v2` and `upgrade_v3`.
+null). Older folders are read through `upgrade_v1` to `upgrade_v4`.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from clusterbench.results.codec import (
     bounds,
 )
 from clusterbench.results.cost_model import CostModel
+from clusterbench.results.fleet import Fleet
 from clusterbench.results.hardware import Hardware, Peaks
 from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.telemetry import Telemetry
 
 RUN_KIND = "clusterbench-run"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
@@ -262,6 +265,15 @@ class Verdict:
     detail: str
 
 
+@dataclass(frozen=True)
+class Lost:
+    """A rank the job lost: it died, hung or stopped answering while the others went on."""
+
+    rank: int = field(metadata=NONNEGATIVE)
+    node: str
+    during: str | None = None  # where it last said it was
+
+
 @dataclass
 class Run:
     """A run folder's run.json."""
@@ -288,6 +300,8 @@ class Run:
     train: Train | None = None
     train_steps: list[StepRow] = field(default_factory=list)
     canary: Train | None = None  # the tiny float32 task on this hardware, judged against the CPU curve
+    fleet: Fleet | None = None  # every node a row, the nodes to take out (§16)
+    lost: list[Lost] = field(default_factory=list)  # in a failed run: the ranks that went silent
     expected: dict[str, Expected] = field(default_factory=dict)  # figures rules judge against, by metric
     expected_note: str | None = None  # why the shipped table matched nothing, or what it could not compare
     verdicts: list[Verdict] = field(default_factory=list)
@@ -295,6 +309,11 @@ class Run:
     # Sections of stages the schema does not name, by section name, as plain JSON values: a stage
     # module reads its own back with codec.load and its record type.
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def upgrade_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-4 run.json in version 5's layout: the same, without a fleet or lost ranks."""
+    return {**doc, "schema_version": 5}
 
 
 def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:

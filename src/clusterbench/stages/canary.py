@@ -33,8 +33,9 @@ def resolve(opts: NoOptions, context: Context) -> TrainJob:
     try:
         return job.canary(context.shape.world_size)
     except UsageError:
-        raise NotRun(f"the numerics canary is not run: its {job.CANARY_OPTIONS.global_batch} rows per step do not "
-                     f"split evenly over {context.shape.world_size} ranks (it runs on 1, 2, 4, 8 or 16)") from None
+        rows = job.CANARY_OPTIONS.global_batch
+        raise NotRun(f"the numerics canary is not run: its {rows} rows per step cannot give each of "
+                     f"{context.shape.world_size} ranks a row (it runs on up to {rows})") from None
 
 
 def _keep(folder: RunFolder, train: Train) -> None:

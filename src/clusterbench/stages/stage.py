@@ -86,6 +86,7 @@ class Stage(Generic[Options, Plan]):
     command: str | None = None  # the help of `clusterbench NAME`; None: a stage of `run` only
     checks: tuple[str, ...] = ()  # the default rules that decide its own command's exit code
     optional: bool = True  # `run --skip NAME` may leave it out
+    writes_report: bool = False  # its own command renders report.html too (`run` always does)
 
     def ran(self, run: Run) -> bool:
         """Whether run.json holds anything of this stage's."""

@@ -144,6 +144,12 @@ def _special_id(tok: Tokenizer, names: tuple[str, ...]) -> int | None:
     return None
 
 
+def share(total: int, parts: int, index: int) -> slice:
+    """Part `index` of `total` rows cut into `parts` contiguous parts whose sizes differ by at most one:
+    a rank's share of the global batch, and a micro-batch's of the rank's."""
+    return slice(index * total // parts, (index + 1) * total // parts)
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: tensor fields cannot be compared as a tuple
 class Batch:
     input_ids: torch.Tensor  # [B, seq_len] int64
@@ -221,9 +227,8 @@ class SFTTask:
         if global_batch < world_size:
             raise UsageError(f"global batch {global_batch} is smaller than the "
                              f"{world_size} ranks it must be split over")
-        base = step * global_batch
-        idx = self.row_indices(base + rank * global_batch // world_size,
-                               base + (rank + 1) * global_batch // world_size)
+        mine = share(global_batch, world_size, rank)
+        idx = self.row_indices(step * global_batch + mine.start, step * global_batch + mine.stop)
         input_ids = self._ids[idx].long()
         labels = torch.where(self._loss[idx], input_ids, IGNORE)
         mask = (torch.arange(self.seq_len) < self._lengths[idx, None]).long()

@@ -36,12 +36,22 @@ class ProgressLine:
             print(text, flush=True)
 
 
+def _batch_split(c: TrainConfig) -> str:
+    """How the global batch is cut over ranks and micro-batches; an uneven cut says so, since then the
+    product of micro-batch, accumulation and ranks is not the global batch."""
+    g, w, m, a = c.global_batch, c.world_size, c.micro_batch, c.grad_accum
+    if g == m * a * w:
+        return f"global batch {g} = micro-batch {m} x {a} accumulation x {w} ranks"
+    more = g % w
+    shares = f" ({g // w + 1} rows on {more}, {g // w} on {w - more})" if more else ""
+    return f"global batch {g} over {w} ranks{shares}, each in {a} micro-batch{'es' if a > 1 else ''} of at most {m} rows"
+
+
 def header(c: TrainConfig, env: Env) -> str:
     params = f"{c.model_params / 1e6:.1f}M" if c.model_params is not None else "?"
     return (f"# clusterbench train: {c.preset} ({params} params), "
             f"{c.world_size} x {env.device_type} ({env.backend}), {c.parallel}, {c.dtype}\n"
-            f"# task {c.task}: global batch {c.global_batch} = micro-batch {c.micro_batch} x "
-            f"{c.grad_accum} accumulation x {c.world_size} ranks, seq-len {c.seq_len}"
+            f"# task {c.task}: {_batch_split(c)}, seq-len {c.seq_len}"
             f"{' packed' if c.packing else ' padded'}, {c.steps} steps ({c.warmup_steps} untimed), "
             f"lr {c.lr:g}, seed {c.seed}"
             f"{', activation checkpointing' if c.activation_checkpointing else ''}")

@@ -1,10 +1,10 @@
 """The fine-tuning job: built once from typed options before any rank starts, judged once after.
 
 Building resolves every default for the hardware (preset, sequence length, batch, dtype,
-learning rate), refuses what cannot run (a batch that does not divide, a sequence longer than
-the model takes, data a tokenizer cannot read), and chooses the reference curve. Judging, on
-the process that owns the run folder, compares the finished curve with that reference and
-writes --save-reference.
+learning rate), refuses what cannot run (a global batch with fewer rows than ranks, a sequence
+longer than the model takes, data a tokenizer cannot read), and chooses the reference curve.
+Judging, on the process that owns the run folder, compares the finished curve with that
+reference and writes --save-reference.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from clusterbench.results.folder import result_files
 from clusterbench.results.schema import Run, Train, TrainConfig
 from clusterbench.train import models
 from clusterbench.train.data import load_task
-from clusterbench.train.loop import LoopConfig
+from clusterbench.train.loop import LoopConfig, split
 from clusterbench.train.options import TrainOptions
 
 # The task of a CPU run: small enough to train 100 steps on two cores in seconds.
@@ -68,7 +68,7 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
     if spec.max_positions and seq_len > spec.max_positions:
         raise UsageError(f"--seq-len {seq_len} is longer than model {spec.name} can take "
                          f"(max_position_embeddings {spec.max_positions})")
-    micro = _micro_batch(opts.micro_batch, defaults["micro_batch"], global_batch, world_size)
+    micro, accum = split(global_batch, world_size, opts.micro_batch or defaults["micro_batch"])
     lr = opts.lr if opts.lr is not None else (1e-3 if spec.name == "tiny" else 3e-4)
     if not (math.isfinite(lr) and lr > 0):
         raise UsageError(f"--lr must be positive, got {lr:g}")
@@ -84,7 +84,7 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
     config = TrainConfig(
         preset=spec.name, model_params=None, model_config=spec.config, model_hash=spec.config_hash,
         parallel=loop.parallel, dtype=loop.dtype, world_size=world_size, global_batch=global_batch,
-        micro_batch=micro, grad_accum=global_batch // (micro * world_size), seq_len=seq_len,
+        micro_batch=micro, grad_accum=accum, seq_len=seq_len,
         packing=opts.packing, steps=loop.steps, warmup_steps=loop.warmup_steps, lr=lr,
         lr_warmup_steps=loop.lr_warmup_steps, seed=opts.seed, task=task.name,
         activation_checkpointing=loop.activation_checkpointing, repeats=opts.repeats)
@@ -107,19 +107,8 @@ def _check_reference_path(path: Path) -> None:
 
 def canary(world_size: int) -> TrainJob:
     """The canary's job: the CPU task, whatever the device (so it is built with the CPU's defaults); a
-    UsageError says why it cannot run (its global batch of 16 does not divide among the ranks)."""
+    UsageError says why it cannot run (more ranks than its global batch of 16 has rows)."""
     return replace(build(CANARY_OPTIONS, "cpu", world_size), exact_float32=True)
-
-
-def _micro_batch(asked: int | None, largest: int, global_batch: int, world_size: int) -> int:
-    """The micro-batch given, else the largest up to `largest` that divides each rank's rows."""
-    per_rank, rem = divmod(global_batch, world_size)
-    micro = asked or (max(d for d in range(1, largest + 1) if per_rank % d == 0) if per_rank else 1)
-    if rem or per_rank % micro:
-        raise UsageError(f"--global-batch {global_batch} is not divisible into micro-batches of {micro} "
-                         f"on {world_size} ranks (it must be a multiple of {micro} x {world_size} = "
-                         f"{micro * world_size})")
-    return micro
 
 
 def judge(train: Train | None, job: TrainJob) -> None:

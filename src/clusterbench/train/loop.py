@@ -5,7 +5,8 @@ tokens of the whole GLOBAL batch of the step (known to every rank from the seede
 so no collective is spent on it). With the
 world-size factor that DDP's / FSDP's gradient averaging removes again, the gradient is
 the token-weighted mean over the global batch whatever the world size and micro-batch
-split: this is what makes 1, 2 and 8 ranks train the same curve.
+split: this is what makes 1, 2, 3 and 8 ranks train the same curve, also where ranks and
+micro-batches hold unequal numbers of rows.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from clusterbench import faults
 from clusterbench.devices import synchronize
 from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
-from clusterbench.train.data import IGNORE, SFTTask
+from clusterbench.train.data import IGNORE, SFTTask, share
 
 GRAD_CLIP = 1.0
 ADAM_BETAS = (0.9, 0.95)
@@ -37,7 +38,7 @@ class LoopConfig:
     steps: int
     warmup_steps: int  # untimed steps before the window
     global_batch: int
-    micro_batch: int
+    micro_batch: int  # rows of the largest micro-batch; see accumulation()
     lr: float
     lr_warmup_steps: int  # linear ramp to lr, then constant
     dtype: str
@@ -61,6 +62,33 @@ class LoopResult:
     steps: list[StepResult]
     window_s: float
     status: str  # "complete" or "nan"
+
+
+def accumulation(global_batch: int, world_size: int, micro_batch: int) -> int:
+    """Micro-batches per step, the same on every rank: FSDP gathers parameters in each forward and DDP
+    reduces on the last backward, so a rank that ran fewer would hang the others. As many as the largest
+    rank share needs in micro-batches of at most `micro_batch` rows."""
+    largest_share = -(-global_batch // world_size)
+    return -(-largest_share // micro_batch)
+
+
+def split(global_batch: int, world_size: int, most: int) -> tuple[int, int]:
+    """(rows of the largest micro-batch, micro-batches per step): each rank's share of the global batch
+    (G // W rows or one more) cut into that many micro-batches of at most `most` rows, as even as can be.
+    accumulation() of the largest gives the count back, so LoopConfig carries the largest alone. A
+    UsageError when some rank would be left without a row for a forward."""
+    if global_batch < world_size:
+        raise UsageError(f"--global-batch {global_batch} is smaller than the {world_size} ranks: "
+                         f"every rank needs at least one row per step")
+    accum = accumulation(global_batch, world_size, most)
+    fewest = global_batch // world_size
+    # Only micro-batches of 1 row over an uneven split ask more forwards of the smaller shares than they have rows.
+    if fewest < accum:
+        raise UsageError(f"--micro-batch {most} takes {accum} micro-batches per step on every rank, but "
+                         f"--global-batch {global_batch} over {world_size} ranks leaves some rank {fewest} rows: "
+                         f"raise --micro-batch or make --global-batch a multiple of {world_size}")
+    largest_share = -(-global_batch // world_size)
+    return -(-largest_share // accum), accum
 
 
 def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig) -> torch.nn.Module:
@@ -106,7 +134,7 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
           on_step: Callable[[StepResult], None]) -> LoopResult:
     """Run cfg.steps optimizer steps; stop early, status "nan", on a non-finite loss."""
     dev, world = worker.device, worker.world_size
-    accum = cfg.global_batch // (world * cfg.micro_batch)
+    accum = accumulation(cfg.global_batch, world, cfg.micro_batch)
     model = wrap(model, worker, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0)
     ramp = max(1, cfg.lr_warmup_steps)
@@ -128,7 +156,7 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
 
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         for i in range(accum):
-            rows = slice(i * cfg.micro_batch, (i + 1) * cfg.micro_batch)
+            rows = share(len(ids), accum, i)
             with grad_sync(model, i == accum - 1):
                 with autocast:
                     loss = sum_loss(model, ids[rows], labels[rows], None if mask is None else mask[rows])

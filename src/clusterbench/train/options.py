@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pack examples into full rows (default) or pad each to --seq-len")
     g.add_argument("--global-batch", type=argtypes.whole(1), help="rows per optimizer step, any world size "
                    "(default 16 CPU, 32 GPU)")
-    g.add_argument("--micro-batch", type=argtypes.whole(1), help="rows per forward pass per rank (default 4)")
+    g.add_argument("--micro-batch", type=argtypes.whole(1), help="the most rows per forward pass per rank (default 4)")
     g.add_argument("--steps", type=argtypes.whole(1), help="optimizer steps (default 100)")
     g.add_argument("--warmup-steps", type=argtypes.whole(0), help="untimed steps before the window (default 5)")
     g.add_argument("--lr", type=argtypes.real(0.0), help="peak learning rate (default 1e-3 tiny, else 3e-4)")

@@ -1,0 +1,147 @@
+"""Which links between nodes to measure again, and what the second look proves (docs/methodology.md §16).
+
+The rounds measure every pair of nodes once, many pairs at a time, each figure the median of its
+messages. A pair is slow when its bandwidth is below `bar` x the median pair, or its latency above
+LATENCY_BAR x the median latency. A node is a suspect when most of its pairs in one direction
+(two at least) are slow; every other node is a healthy partner. The retests measure each suspect
+against two healthy partners (those it was slow with first), and every other slow pair once more,
+each keeping its fastest message and round trip: noise only ever slows a link, so a link that
+never reaches the bar in all its messages is slow, and one that reaches it once can. Then:
+- a suspect slow again against at least two different healthy partners is condemned: one slow
+  partner could be that partner's fault, two cannot (NVIDIA ClusterKit retests bad pairs alike);
+- a suspect slow again against one is a suspect still; against none, it is cleared, and its slow
+  pairs are flaky;
+- a pair slow in its round and normal on retest is flaky: reported, nobody excluded;
+- a pair slow twice whose nodes are otherwise fine is a bad link, to be looked at, not a bad node.
+With two nodes no partner can break the tie: both are named suspects and neither is condemned.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from clusterbench.results.fleet import Retest
+from clusterbench.results.schema import PairRow
+
+LATENCY_BAR = 3.0  # ClusterKit's 2.1 x the lowest, taken against the median to stand a shared host's noise
+PARTNERS = 2  # healthy partners a suspect is retested against; condemned when slow against this many
+
+
+@dataclass(frozen=True)
+class Bars:
+    """The fleet's pair figures and what counts as slow against them."""
+
+    gbps: float  # the median pair's bandwidth
+    latency_us: float
+    bar: float
+
+    def slow(self, gbps: float, latency_us: float) -> bool:
+        return gbps < self.bar * self.gbps or latency_us > LATENCY_BAR * self.latency_us
+
+    def why(self, gbps: float, latency_us: float) -> str:
+        if gbps < self.bar * self.gbps:
+            return f"{gbps:.3g} Gbps, {gbps / self.gbps:.2f}x the pairs' median {self.gbps:.3g} Gbps"
+        return f"{latency_us:.3g} us latency, {latency_us / self.latency_us:.1f}x the median {self.latency_us:.3g} us"
+
+
+def bars(rows: list[PairRow], bar: float) -> Bars:
+    return Bars(statistics.median(r.gbps for r in rows), statistics.median(r.latency_us for r in rows), bar)
+
+
+@dataclass
+class Verdicts:
+    condemned: dict[str, list[str]] = field(default_factory=dict)  # node -> reasons
+    suspects: dict[str, str] = field(default_factory=dict)  # node -> why it is not proven either way
+    flaky: list[str] = field(default_factory=list)
+    bad_links: list[str] = field(default_factory=list)
+
+
+def _slow_rows(rows: list[PairRow], b: Bars) -> list[PairRow]:
+    return [r for r in rows if b.slow(r.gbps, r.latency_us)]
+
+
+def suspects_of(rows: list[PairRow], b: Bars) -> list[str]:
+    """Nodes most of whose pairs in one direction are slow (two at least), most slow pairs first."""
+    pairs: dict[tuple[str, str], list[bool]] = {}
+    for r in rows:
+        slow = b.slow(r.gbps, r.latency_us)
+        pairs.setdefault((r.src_node, "send"), []).append(slow)
+        pairs.setdefault((r.dst_node, "receive"), []).append(slow)
+    slow_count: dict[str, int] = {}
+    for (node, _), found in pairs.items():
+        if sum(found) >= 2 and 2 * sum(found) > len(found):
+            slow_count[node] = max(slow_count.get(node, 0), sum(found))
+    return sorted(slow_count, key=lambda n: (-slow_count[n], n))
+
+
+def plan(rows: list[PairRow], nodes: list[str], bar: float) -> list[tuple[str, str, str]]:
+    """The pairs of nodes to measure again, each once, with why."""
+    if not rows:
+        return []
+    b = bars(rows, bar)
+    slow = _slow_rows(rows, b)
+    suspects = suspects_of(rows, b)
+    healthy = [n for n in nodes if n not in suspects]
+    chosen: dict[frozenset[str], tuple[str, str, str]] = {}
+    for x in suspects:
+        was_slow = {r.dst_node if r.src_node == x else r.src_node for r in slow if x in (r.src_node, r.dst_node)}
+        for p in sorted(healthy, key=lambda n: (n not in was_slow, nodes.index(n)))[:PARTNERS]:
+            chosen.setdefault(frozenset((x, p)), (x, p, f"suspect {x} against healthy {p}"))
+    for r in slow:
+        if r.src_node not in suspects and r.dst_node not in suspects:
+            chosen.setdefault(frozenset((r.src_node, r.dst_node)),
+                              (r.src_node, r.dst_node, f"slow in round {r.round}"))
+    return list(chosen.values())
+
+
+def rounds_of(pairs: list[tuple[str, str, str]]) -> list[list[tuple[str, str, str]]]:
+    """The retests packed into rounds of disjoint pairs, so a big fleet's retests take few rounds."""
+    out: list[list[tuple[str, str, str]]] = []
+    busy: list[set[str]] = []
+    for pair in pairs:
+        i = next((i for i, nodes in enumerate(busy) if not nodes & {pair[0], pair[1]}), len(out))
+        if i == len(out):
+            out.append([])
+            busy.append(set())
+        out[i].append(pair)
+        busy[i] |= {pair[0], pair[1]}
+    return out
+
+
+def judge(rows: list[PairRow], retests: list[Retest], nodes: list[str], bar: float) -> Verdicts:
+    found = Verdicts()
+    if not rows:
+        return found
+    b = bars(rows, bar)
+    suspects = suspects_of(rows, b)
+    healthy = set(nodes) - set(suspects)
+    for x in suspects:
+        against = sorted({t.dst_node if t.src_node == x else t.src_node for t in retests
+                          if t.slow and x in (t.src_node, t.dst_node)} & healthy)
+        mine = [r for r in _slow_rows(rows, b) if x in (r.src_node, r.dst_node)]
+        if len(against) >= PARTNERS:
+            worst = min((t for t in retests if t.slow and x in (t.src_node, t.dst_node)), key=lambda t: t.gbps)
+            way = f"sends to {worst.dst_node}" if worst.src_node == x else f"receives from {worst.src_node}"
+            found.condemned[x] = [(f"slow against {len(against)} healthy partners ({', '.join(against)}) on retest: "
+                                   f"{way} at {b.why(worst.gbps, worst.latency_us)}")]
+        elif against:
+            found.suspects[x] = (f"in {len(mine)} slow pairs, slow again against 1 healthy partner ({against[0]}): "
+                                 "not proven")
+        elif any(x in (t.src_node, t.dst_node) for t in retests):
+            found.flaky += [f"{r.src_node} -> {r.dst_node}: {b.why(r.gbps, r.latency_us)} in round {r.round}, "
+                            f"{x} normal against healthy partners on retest" for r in mine]
+    for r in _slow_rows(rows, b):
+        if r.src_node in suspects or r.dst_node in suspects:
+            continue
+        again = [t for t in retests if {t.src_node, t.dst_node} == {r.src_node, r.dst_node}
+                 and t.src_node == r.src_node]
+        if not again:
+            continue
+        text = (f"{r.src_node} -> {r.dst_node}: {b.why(r.gbps, r.latency_us)} in round {r.round}, "
+                f"{again[0].gbps:.3g} Gbps on retest")
+        (found.bad_links if again[0].slow else found.flaky).append(text)
+    if len(nodes) == 2 and found.bad_links:  # one pair has no third node to break the tie
+        for n in nodes:
+            found.suspects[n] = "two nodes: a slow link between them cannot tell which one is at fault"
+    return found

@@ -1,0 +1,131 @@
+"""The links between nodes after the rounds (docs/methodology.md §16): the retests of what looked
+slow, and, with --global, the all_reduce across every node (one rank each) and, where it falls
+short while every pair passed, the search for the smallest set of nodes that explains it."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from clusterbench.analyse import retests
+from clusterbench.comm.pairwise import measure_pair
+from clusterbench.devices import synchronize
+from clusterbench.rank import Rank
+from clusterbench.results.fleet import Fleet, GroupFigure, Retest
+from clusterbench.results.schema import CommOptions, PairRow
+
+GLOBAL_ITERS = 5
+# The whole fleet's all_reduce moves this many times a pair's message: enough for a ring's steps to be
+# bandwidth-bound, and for a node that cannot keep up to show.
+GLOBAL_SCALE = 4
+
+
+def retest(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], opts: CommOptions, size: int,
+           fleet: Fleet) -> None:
+    """The slow pairs and the suspects against healthy partners, measured again in rounds of disjoint
+    pairs, each keeping its fastest message (every rank computes the same plan from the same rows)."""
+    worker = rank.worker
+    todo = retests.plan(rows, list(nodes), fleet.pair_bar)
+    if not todo:
+        return
+    schedule = retests.rounds_of(todo)
+    rank.say(f"# retests: {len(todo)} pair(s) in {len(schedule)} round(s)")
+    bars = retests.bars(rows, fleet.pair_bar)
+    first = {(r.src_node, r.dst_node): r.gbps for r in rows if bars.slow(r.gbps, r.latency_us)}
+    for i, batch in enumerate(schedule, 1):
+        rank.progress.at(f"the retests, round {i}/{len(schedule)}")
+        measured: list[PairRow] = []
+        for a, b, _ in batch:
+            if worker.rank in (nodes[a][0], nodes[b][0]):
+                measured = measure_pair(worker, nodes[a][0], nodes[b][0], opts, size, 0, best=True)
+        everyone: list[list[PairRow]] = [[] for _ in range(worker.world_size)]
+        dist.all_gather_object(everyone, measured)
+        if rank.folder is not None:
+            why = {frozenset((a, b)): w for a, b, w in batch}
+            fleet.retests += [Retest(r.src_node, r.dst_node, r.gbps, r.latency_us, first.get((r.src_node, r.dst_node)),
+                                     bars.slow(r.gbps, r.latency_us), why[frozenset((r.src_node, r.dst_node))])
+                              for found in everyone for r in found]
+            rank.folder.record(fleet=fleet)
+
+
+def whole_and_search(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], size: int, bar: float,
+                     fleet: Fleet) -> None:
+    """The all_reduce across every node; where it runs below `bar` x the median pair, halve the fleet
+    while one half is below `bar` x the other, then test the last two nodes each beside a node of the
+    fast half: the set that stays slow is the smallest that explains the whole."""
+    nbytes = size * GLOBAL_SCALE
+    names = list(nodes)
+    rank.progress.at("the all_reduce across nodes")
+    [whole] = _all_reduce(rank, [names], nodes, nbytes)
+    median = statistics.median(r.gbps for r in rows) if rows else 0.0
+    rank.say(f"# all_reduce across {len(names)} nodes (one rank each), {nbytes} B: busbw {whole.busbw_gbps:.3g} Gbps, "
+             f"{whole.busbw_gbps / median if median else 0:.2f}x the median pair")
+    if rank.folder is not None:
+        fleet.whole = whole
+        rank.folder.record(fleet=fleet)
+    if not median or whole.busbw_gbps >= bar * median:
+        return
+    candidates, good = names, None
+    while len(candidates) > 2:
+        rank.progress.at(f"the search among {len(candidates)} nodes")
+        half = len(candidates) // 2
+        a, b = _all_reduce(rank, [candidates[:half], candidates[half:]], nodes, nbytes)
+        _keep(rank, fleet, [a, b])
+        if a.busbw_gbps < bar * b.busbw_gbps:
+            candidates, good = a.nodes, b.nodes[0]
+        elif b.busbw_gbps < bar * a.busbw_gbps:
+            candidates, good = b.nodes, a.nodes[0]
+        else:
+            break  # both halves alike: what is slow spans them (or is every link)
+    if len(candidates) == 2 and good is not None:
+        rank.progress.at("the search's last pair")
+        # One at a time: the good node is in both.
+        first, second = (_all_reduce(rank, [[good, c]], nodes, nbytes)[0] for c in candidates)
+        _keep(rank, fleet, [first, second])
+        if first.busbw_gbps < bar * second.busbw_gbps:
+            candidates = [candidates[0]]
+        elif second.busbw_gbps < bar * first.busbw_gbps:
+            candidates = [candidates[1]]
+    if rank.folder is not None and len(candidates) < len(names):
+        fleet.isolated = list(candidates)
+        rank.folder.record(fleet=fleet)
+        rank.say(f"# the all_reduce is slow because of: {', '.join(candidates)}")
+
+
+def _keep(rank: Rank, fleet: Fleet, figures: list[GroupFigure]) -> None:
+    if rank.folder is not None:
+        fleet.search += figures
+        rank.folder.record(fleet=fleet)
+
+
+def _all_reduce(rank: Rank, teams: list[list[str]], nodes: dict[str, list[int]], nbytes: int) -> list[GroupFigure]:
+    """An all_reduce in each team of nodes (one rank each, the teams at once): the median call's busbw."""
+    worker = rank.worker
+    ranks = [[nodes[n][0] for n in team] for team in teams]
+    groups = [dist.new_group(r) for r in ranks]  # a collective: every rank makes every group, in one order
+    mine = None
+    for team, members, group in zip(teams, ranks, groups):
+        if worker.rank in members:
+            mine = _busbw(worker.device, group, len(members), nbytes)
+    everyone: list[float | None] = [None] * worker.world_size
+    dist.all_gather_object(everyone, mine)
+    return [GroupFigure(team, everyone[members[0]] or 0.0) for team, members in zip(teams, ranks)]
+
+
+def _busbw(device: torch.device, group: object, size: int, nbytes: int) -> float:
+    data = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dist.all_reduce(data, group=group)
+    times = []
+    for _ in range(GLOBAL_ITERS):
+        synchronize(device)
+        start = time.perf_counter()
+        dist.all_reduce(data, group=group)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    # The median call, and every rank's the slowest rank's: the ring runs at its slowest member's pace.
+    seconds = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX, group=group)
+    return nbytes * 8 / seconds.item() / 1e9 * 2 * (size - 1) / size

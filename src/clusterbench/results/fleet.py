@@ -1,0 +1,136 @@
+"""A fleet's qualification as run.json keeps it (docs/methodology.md §16): what each node measured
+of itself, the retests of its links, the numerics vote, the facts the nodes must agree on, and the
+conclusion: every node a row, the fleet's bands it was judged by, the nodes to take out and why.
+
+The measured parts are written as the ranks produce them; the conclusion (rows, bands, verdicts,
+exclusions) is worked out from them once the ranks end, so a run cut short by a dead node is still
+judged on what it measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from clusterbench.results.codec import NONNEGATIVE, TICKS_US, bounds
+from clusterbench.results.hardware import Hardware
+
+NodeVerdict = Literal["PASS", "SUSPECT", "EXCLUDE"]
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """One node's own picture and figures, from its first rank (and each of its devices)."""
+
+    node: str
+    ranks: list[int] = field(metadata=NONNEGATIVE)
+    hardware: Hardware
+    facts: dict[str, str]  # what the fleet's nodes must agree on: driver, kernel, GPU count, ... (§16)
+    klass: str  # the hardware class it is judged within: its devices' model and count
+    metrics: dict[str, float] = field(metadata=NONNEGATIVE)  # matmul TFLOP/s, copy GB/s, intra-node busbw
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """One device's losses of the deterministic numerics task, step by step, as exact floats."""
+
+    rank: int = field(metadata=NONNEGATIVE)
+    node: str
+    device: str
+    losses: list[float]
+
+
+@dataclass(frozen=True)
+class Retest:
+    """One way of a pair measured again after the rounds found it or one of its nodes slow: its fastest message."""
+
+    src_node: str
+    dst_node: str
+    gbps: float = field(metadata=NONNEGATIVE)
+    latency_us: float = field(metadata=TICKS_US)
+    first_gbps: float | None = field(default=None, metadata=NONNEGATIVE)  # in the rounds; None: not slow there
+    slow: bool = False  # below the fleet's bar now too
+    why: str = ""  # why it was retested: a slow pair, or a suspect node against a healthy partner
+
+
+@dataclass(frozen=True)
+class Band:
+    """What a metric's healthy nodes of one class measure: learned from the fleet, or from a baseline."""
+
+    klass: str
+    metric: str
+    median: float
+    spread: float = field(metadata=NONNEGATIVE)  # robust: 1.4826 x the median absolute deviation
+    nodes: int = field(metadata=NONNEGATIVE)  # how many nodes it stands on (after the exclusions)
+    source: str = "this fleet"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    klass: str
+    metrics: dict[str, float]
+    verdict: NodeVerdict
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OddFact:
+    fact: str
+    nodes: list[str]
+    values: list[str]  # each odd node's value
+    majority: str
+    majority_nodes: int = field(metadata=bounds(1))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A device whose numerics-task losses left its class's majority, bit for bit."""
+
+    node: str
+    rank: int = field(metadata=NONNEGATIVE)
+    device: str
+    step: int = field(metadata=bounds(1))  # the first step that differs (1-based)
+    loss: float
+    majority_loss: float
+    majority: int = field(metadata=bounds(1))  # how many devices hold the majority's loss
+    voters: int = field(metadata=bounds(1))  # how many voted at that step
+
+
+@dataclass(frozen=True)
+class GroupFigure:
+    """An all_reduce among some nodes (one rank each): the fleet's whole, or a part the search measured."""
+
+    nodes: list[str]
+    busbw_gbps: float = field(metadata=NONNEGATIVE)
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    node: str
+    reasons: list[str]
+
+
+@dataclass
+class Fleet:
+    probes: list[NodeProbe] = field(default_factory=list)
+    numerics: list[Numerics] = field(default_factory=list)
+    retests: list[Retest] = field(default_factory=list)
+    # node -> its metrics measured again, alone, after they fell out of the fleet's band the first time
+    rechecks: dict[str, dict[str, float]] = field(default_factory=dict)
+    pair_bar: float = field(default=0.5, metadata=NONNEGATIVE)  # a pair is slow below this x the pairs' median
+    tolerance: float = field(default=0.1, metadata=NONNEGATIVE)  # a node's own metric: how far below the median
+    note: str | None = None  # what the fleet could not do (vote with 2 nodes)
+    seconds: dict[str, float] = field(default_factory=dict, metadata=NONNEGATIVE)  # each phase's, on rank 0
+    whole: GroupFigure | None = None  # --global: the all_reduce across every node, one rank each
+    search: list[GroupFigure] = field(default_factory=list)  # the parts measured to find what slows it
+    isolated: list[str] = field(default_factory=list)  # the smallest set of nodes the search found slow
+    # The conclusion, after the ranks:
+    nodes: list[NodeRow] = field(default_factory=list)
+    bands: list[Band] = field(default_factory=list)
+    odd_facts: list[OddFact] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)
+    flaky: list[str] = field(default_factory=list)  # pairs slow once and normal on retest
+    bad_links: list[str] = field(default_factory=list)  # pairs slow twice whose nodes are otherwise fine
+    excluded: list[Exclusion] = field(default_factory=list)
+    exclude: str = ""  # the excluded nodes in Slurm's host-list form

@@ -1,0 +1,172 @@
+"""The fleet stage, also `clusterbench fleet` (docs/methodology.md §16): every node a row, the bad
+ones named and proven, the exclude list out. In `run` across several nodes it runs quick, so that
+`run` never passes a cluster that `fleet` would cut; on one node it has nothing to compare."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clusterbench import args as argtypes
+from clusterbench.analyse import fleet as conclusion
+from clusterbench.analyse.metrics import Metrics
+from clusterbench.errors import UsageError
+from clusterbench.fleet import actions
+from clusterbench.report.blocks import Part
+from clusterbench.results.fleet import Band
+from clusterbench.results.folder import load_run
+from clusterbench.results.schema import Run
+from clusterbench.shape import JobShape
+from clusterbench.stages.stage import Context, NotRun, Stage
+
+if TYPE_CHECKING:
+    from clusterbench.fleet.qualify import FleetPlan
+    from clusterbench.rank import Rank
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    pair_bytes: int | None = None
+    pair_iters: int = 5
+    pair_bar: float = 0.5
+    tolerance: float = 0.1
+    peak_seconds: float = 0.3
+    numerics_steps: int = 8
+    baseline: Path | None = None
+    exclude_out: Path | None = None
+    drain: bool = False
+    dry_run: bool = False
+    one_node_ok: bool = False
+    whole: bool = False  # --global
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    plan: FleetPlan  # what the ranks do
+    options: FleetOptions
+    bands: list[Band] = field(default_factory=list)  # from --baseline; empty: learned from this fleet
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair-bytes", type=argtypes.size, help="bytes each way per pair (default 4M CPU, 256M GPU)")
+    p.add_argument("--pair-iters", type=argtypes.whole(1, 1000), help="messages timed per pair and way (default 5)")
+    p.add_argument("--pair-bar", type=argtypes.real(0.0, maximum=1.0),
+                   help="a pair is slow below this x the median pair (default 0.5)")
+    p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False, maximum=1.0),
+                   help="a node's own figure is out when this far below its class's median, and 4 robust "
+                        "spreads (default 0.1)")
+    p.add_argument("--peak-seconds", type=argtypes.real(0.0, maximum=60.0),
+                   help="seconds per node-local peak (default 0.3)")
+    p.add_argument("--numerics-steps", type=argtypes.whole(0, 1000),
+                   help="steps of the numerics task each device trains for the vote; 0: no vote (default 8)")
+    p.add_argument("--global", dest="whole", action="store_true",
+                   help="also an all_reduce across every node (one rank each); where it falls short of the pairs, "
+                        "halve the fleet to find the smallest set of nodes that explains it")
+    p.add_argument("--baseline", type=Path, metavar="RUN",
+                   help="judge the nodes by the bands of an earlier fleet run (its folder or run.json) of "
+                        "this hardware class, not by this fleet's own")
+    p.add_argument("--exclude-out", type=Path, metavar="FILE", help="write the excluded nodes there, one per line")
+    p.add_argument("--drain", action="store_true", help="under Slurm: drain the excluded nodes with scontrol")
+    p.add_argument("--dry-run", action="store_true", help="with --drain: print the scontrol commands, run none")
+
+
+def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
+    """In `run`: no fleet on one node, and a short one with --quick (no numerics vote: the canary
+    and the train stage check the numerics there)."""
+    return {"one_node_ok": True, **({"numerics_steps": 0, "pair_iters": 3} if quick else {})}
+
+
+def resolve(opts: FleetOptions, context: Context) -> FleetJob:
+    from clusterbench.fleet.qualify import ONE_NODE, FleetPlan  # torch: only once a run resolves its stages
+
+    if opts.dry_run and not opts.drain:
+        raise UsageError("--dry-run prints the --drain commands: add --drain")
+    if opts.drain:
+        actions.check_drain(opts.dry_run)
+    if opts.exclude_out is not None:
+        actions.check_exclude_out(opts.exclude_out)
+    bands = _baseline(opts.baseline, context.shape) if opts.baseline else []
+    if context.shape.local_ranks == context.shape.world_size:  # every rank spawned here: one node
+        if opts.one_node_ok:
+            raise NotRun()
+        raise UsageError(ONE_NODE)
+    plan = FleetPlan(opts.pair_bytes, opts.pair_iters, opts.pair_bar, opts.tolerance, opts.peak_seconds,
+                     opts.numerics_steps, opts.one_node_ok, opts.whole)
+    return FleetJob(plan, opts, bands)
+
+
+def _baseline(path: Path, shape: JobShape) -> list[Band]:
+    """The bands of an earlier fleet run, refused unless they are of this node's hardware class."""
+    run = load_run(path)
+    if run.fleet is None or not run.fleet.bands:
+        raise UsageError(f"--baseline {path}: that run holds no fleet bands (make one with clusterbench fleet)")
+    mine = this_class(shape)
+    theirs = sorted({b.klass for b in run.fleet.bands})
+    if mine not in theirs:
+        raise UsageError(f"--baseline {path}: its bands are of {', '.join(theirs)}, and this node is {mine}: "
+                         "a baseline of another hardware class cannot judge it")
+    return [replace(b, source=f"baseline {path}") for b in run.fleet.bands if b.klass == mine]
+
+
+def this_class(shape: JobShape) -> str:
+    """This host's hardware class, as its node probe will name it."""
+    import torch  # only where a baseline is checked
+
+    from clusterbench.hw.host import cpu
+
+    info = cpu()
+    if shape.device_type == "cuda" and torch.cuda.is_available():
+        return conclusion.node_class(torch.cuda.get_device_name(0), torch.cuda.device_count(), info.logical_cores)
+    return conclusion.node_class(info.model or "?", 0, info.logical_cores)
+
+
+def work(rank: Rank, job: FleetJob) -> None:
+    from clusterbench.fleet.qualify import qualify  # torch: only on the ranks
+
+    qualify(rank, job.plan)
+
+
+def report(run: Run, metrics: Metrics) -> list[Part]:
+    from clusterbench.report.fleet import fleet_section  # only where a report is rendered
+
+    if run.fleet is None or not run.fleet.nodes:
+        return []
+    return [Part("nodes", "Nodes", fleet_section(run.fleet))]
+
+
+def conclude(run: Run, job: FleetJob) -> None:
+    if run.fleet is None:
+        return
+    fleet = conclusion.conclude(run, run.fleet, job.bands)
+    print(f"\n== fleet: {len(fleet.nodes)} nodes", flush=True)
+    for row in fleet.nodes:
+        print(f"  {row.verdict:<8} {row.node:<20} {'; '.join(row.reasons)}")
+    for text in fleet.flaky:
+        print(f"  flaky link (reported, nobody excluded): {text}")
+    for text in fleet.bad_links:
+        print(f"  bad link (its nodes are otherwise fine): {text}")
+    for odd in fleet.odd_facts:
+        print(f"  odd {odd.fact}: {', '.join(f'{n} {v}' for n, v in zip(odd.nodes, odd.values))} "
+              f"(majority: {odd.majority})")
+    if fleet.note:
+        print(f"  note: {fleet.note}")
+    options = job.options
+    if not fleet.excluded:
+        print(f"  no node to exclude of {len(fleet.nodes)}", flush=True)
+    else:
+        print(f"  --exclude={fleet.exclude}", flush=True)
+    if options.exclude_out is not None:
+        print(f"  exclude list: {actions.write_exclude_list(options.exclude_out, fleet.excluded)}", flush=True)
+    if options.drain:
+        for line in actions.drain(fleet.excluded, options.dry_run):
+            print(f"  {line}", flush=True)
+
+
+STAGE = Stage(
+    name="fleet", options=FleetOptions, resolve=resolve, work=work, fills=("fleet",),
+    add_arguments=add_arguments, metrics=conclusion.metrics, report=report, conclude=conclude,
+    run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
+    checks=("fleet",), writes_report=True,
+)

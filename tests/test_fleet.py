@@ -1,0 +1,77 @@
+"""`clusterbench fleet` on one host: "nodes" told apart by their launcher's node index, as torchrun's
+GROUP_RANK tells them (real ranks, real gloo), for what needs no network of its own: the numerics
+vote, two nodes that cannot vote, a node of several ranks, and the refusals. The network's faults
+are in test_fleet_netns.py."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+from conftest import assert_one_line_error, finish, read_run, run_side_by_side, start_nodes
+
+QUICK = ["--pair-bytes", "256K", "--pair-iters", "3", "--peak-seconds", "0.1", "--timeout", "60"]
+HOST = socket.gethostname()
+
+
+def node(i: int) -> str:
+    return f"{HOST}#{i}"
+
+
+def test_the_numerics_vote_excludes_the_drifting_device_and_writes_the_list(tmp_path: Path) -> None:
+    out, listed = tmp_path / "run", tmp_path / "exclude.txt"
+    done = finish(start_nodes(3, ["fleet", *QUICK, "--numerics-steps", "3", "--out", str(out),
+                                  "--exclude-out", str(listed), "--drain", "--dry-run"],
+                              env_of=lambda n: {"CLUSTERBENCH_TEST_SDC": "1:2"}))
+    rank0 = done[0]
+    assert rank0.returncode == 1, rank0.stderr[-2000:]
+    assert "fleet FAIL" in rank0.stderr and "Traceback" not in rank0.stderr
+    fleet = read_run(out)["fleet"]
+    verdicts = {row["node"]: row["verdict"] for row in fleet["nodes"]}
+    assert verdicts == {node(0): "PASS", node(1): "EXCLUDE", node(2): "PASS"}, fleet["nodes"]
+    [divergence] = fleet["divergences"]
+    assert (divergence["node"], divergence["rank"], divergence["step"]) == (node(1), 1, 2)
+    assert (divergence["majority"], divergence["voters"]) == (2, 3)
+    assert listed.read_text() == f"{node(1)}\n"
+    assert f"--exclude={node(1)}" in rank0.stdout
+    assert f"would run: scontrol update 'nodename={node(1)}' state=drain 'reason=clusterbench: numerics" \
+        in rank0.stdout
+    assert (out / "report.html").is_file() and 'id="nodes"' in (out / "report.html").read_text()
+
+
+def test_two_nodes_of_two_ranks_each_say_they_cannot_vote(tmp_path: Path) -> None:
+    """(Two nodes that differ are both named suspects: test_fleet_analysis.py.)"""
+    out = tmp_path / "run"
+    done = finish(start_nodes(2, ["fleet", *QUICK, "--numerics-steps", "0", "--out", str(out)], per_node=2))
+    assert done[0].returncode == 0, done[0].stderr[-2000:]
+    fleet = read_run(out)["fleet"]
+    assert "two nodes cannot vote" in fleet["note"] and not fleet["excluded"]
+    rows = {row["node"]: row for row in fleet["nodes"]}
+    assert list(rows) == [node(0), node(1)] and all(r["verdict"] != "EXCLUDE" for r in rows.values())
+    # Each node's two ranks measured an all_reduce among themselves; one CPU is one device: its first rank's.
+    assert all(r["metrics"]["intra_busbw_gbps"] > 0 and r["metrics"]["matmul_tflops"] > 0 for r in rows.values())
+    assert [p["ranks"] for p in fleet["probes"]] == [[0, 1], [2, 3]]
+
+
+def test_fleet_refuses_what_cannot_work(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.json").write_text(json.dumps({
+        "schema_version": 5, "kind": "clusterbench-run", "tool": "clusterbench", "command": "fleet",
+        "status": "complete", "env": {"hostname": "x"},
+        "fleet": {"bands": [{"klass": "NVIDIA H100 80GB HBM3 x8", "metric": "matmul_tflops", "median": 700.0,
+                             "spread": 5.0, "nodes": 64}]}}))
+    cases = {
+        "one node": ["fleet", "--nproc", "2", *QUICK, "--numerics-steps", "0", "--out", str(tmp_path / "one")],
+        "drain": ["fleet", "--drain", "--out", str(tmp_path / "drain")],
+        "dry run alone": ["fleet", "--dry-run", "--out", str(tmp_path / "dry")],
+        "other class": ["fleet", "--baseline", str(other), "--out", str(tmp_path / "class")],
+        "exclude over a run": ["fleet", "--exclude-out", str(other / "run.json"), "--out", str(tmp_path / "x")],
+    }
+    done = run_side_by_side(cases, timeout=120)
+    assert_one_line_error(done["one node"], 2, "runs on one node")
+    assert_one_line_error(done["drain"], 2, "--drain", "not running under Slurm", "--dry-run")
+    assert_one_line_error(done["dry run alone"], 2, "add --drain")
+    assert_one_line_error(done["other class"], 2, "NVIDIA H100 80GB HBM3 x8", "another hardware class")
+    assert_one_line_error(done["exclude over a run"], 2, "--exclude-out", "part of the run")

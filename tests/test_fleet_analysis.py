@@ -1,0 +1,155 @@
+"""The fleet's judgement as pure functions of what was measured: host lists, bands learned by
+exclusion, retests, and the votes on facts and numerics (docs/methodology.md §16)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterbench import hostlist
+from clusterbench.analyse import agreement, bands, retests
+from clusterbench.results.fleet import NodeProbe, Numerics, Retest
+from clusterbench.results.hardware import Hardware
+from clusterbench.results.schema import PairRow
+
+
+@pytest.mark.parametrize("hosts, text", [
+    (["gpu-03", "gpu-17"], "gpu-[03,17]"),
+    (["gpu01", "gpu02", "gpu03", "gpu07", "login1"], "gpu[01-03,07],login1"),
+    (["n7", "n10", "n9", "n8"], "n10,n[7-9]"),  # 7 and 10 differ in width: Slurm would read n[7-10] as n7..n10 too
+    (["rack2-node05", "rack2-node06", "rack3-node01"], "rack2-node[05-06],rack3-node01"),
+    (["node1.cluster.org", "node2.cluster.org"], "node1.cluster.org,node2.cluster.org"),  # brackets end a name
+    (["login", "a-b-c", "x9y"], "a-b-c,login,x9y"),
+    (["gpu3", "gpu3"], "gpu3"),
+    ([], ""),
+])
+def test_host_lists_compress_as_slurm_reads_them(hosts: list[str], text: str) -> None:
+    assert hostlist.compress(hosts) == text
+    assert sorted(hostlist.expand(text)) == sorted(set(hosts))
+
+
+def test_a_host_range_that_is_not_numbers_is_refused() -> None:
+    with pytest.raises(ValueError, match="host range"):
+        hostlist.expand("gpu[a-c]")
+
+
+def test_identical_nodes_have_a_zero_spread_and_nobody_falls_out() -> None:
+    band = bands.learn("k", "matmul_tflops", {f"n{i}": 1.0 for i in range(5)}, tolerance=0.1)
+    assert (band.median, band.spread, band.nodes) == (1.0, 0.0, 5)
+    assert not bands.out_of(band, 0.95, 0.1)  # 5 % off: within the tolerance, not 4 x a zero spread
+    assert bands.out_of(band, 0.85, 0.1)
+
+
+def test_the_band_is_learned_without_the_nodes_that_break_it() -> None:
+    values = {"a": 10.0, "b": 10.2, "c": 9.9, "d": 10.1, "e": 2.0, "f": 1.0}
+    band = bands.learn("k", "copy_gbps", values, tolerance=0.1)
+    assert band.nodes == 4 and 9.9 <= band.median <= 10.2
+    probes = {n: ("k", {"copy_gbps": v}) for n, v in values.items()}
+    assert bands.outliers(probes, [band], 0.1) == {"e": ["copy_gbps"], "f": ["copy_gbps"]}
+
+
+def test_a_band_of_two_nodes_judges_nobody() -> None:
+    probes = {"a": ("k", {"copy_gbps": 10.0}), "b": ("k", {"copy_gbps": 1.0})}
+    assert bands.outliers(probes, bands.learn_all(probes, 0.1), 0.1) == {}
+
+
+def _row(src: str, dst: str, gbps: float, latency: float = 10.0, nround: int = 1) -> PairRow:
+    index = {n: i for i, n in enumerate("abcdefgh")}
+    return PairRow(index[src], index[dst], src, dst, 1024, gbps, latency, 0, nround)
+
+
+def _rounds(nodes: str, slow_sender: str = "", slow_pair: tuple[str, str] = ("", "")) -> list[PairRow]:
+    rows = []
+    for a in nodes:
+        for b in nodes:
+            if a != b:
+                slow = a == slow_sender or (a, b) == slow_pair
+                rows.append(_row(a, b, 0.2 if slow else 8.0))
+    return rows
+
+
+def _retest(rows: list[PairRow], plan: list[tuple[str, str, str]], slow_sender: str = "") -> list[Retest]:
+    b = retests.bars(rows, 0.5)
+    out = []
+    for x, y, why in plan:
+        for src, dst in ((x, y), (y, x)):
+            gbps = 0.2 if src == slow_sender else 8.0
+            out.append(Retest(src, dst, gbps, 10.0, None, b.slow(gbps, 10.0), why))
+    return out
+
+
+def test_a_node_slow_against_two_healthy_partners_is_condemned_and_nobody_else() -> None:
+    rows = _rounds("abcdef", slow_sender="c")
+    plan = retests.plan(rows, list("abcdef"), 0.5)
+    assert {frozenset(p[:2]) for p in plan} == {frozenset("ca"), frozenset("cb")}
+    found = retests.judge(rows, _retest(rows, plan, slow_sender="c"), list("abcdef"), 0.5)
+    assert list(found.condemned) == ["c"] and "sends to" in found.condemned["c"][0]
+    assert not found.flaky and not found.bad_links
+
+
+def test_a_pair_slow_once_and_normal_on_retest_is_flaky_not_a_bad_node() -> None:
+    rows = _rounds("abcd", slow_pair=("a", "c"))
+    plan = retests.plan(rows, list("abcd"), 0.5)
+    assert [p[:2] for p in plan] == [("a", "c")]
+    found = retests.judge(rows, _retest(rows, plan), list("abcd"), 0.5)
+    assert not found.condemned and not found.suspects and len(found.flaky) == 1
+    assert found.flaky[0].startswith("a -> c")
+
+
+def test_two_nodes_cannot_tell_which_is_at_fault() -> None:
+    rows = _rounds("ab", slow_sender="a")
+    plan = retests.plan(rows, ["a", "b"], 0.5)
+    found = retests.judge(rows, _retest(rows, plan, slow_sender="a"), ["a", "b"], 0.5)
+    assert not found.condemned and set(found.suspects) == {"a", "b"}
+
+
+def test_retests_pack_into_rounds_of_disjoint_pairs() -> None:
+    pairs = [("a", "b", ""), ("a", "c", ""), ("c", "d", ""), ("b", "d", "")]
+    schedule = retests.rounds_of(pairs)
+    assert [len(r) for r in schedule] == [2, 2]
+    for batch in schedule:
+        names = [n for a, b, _ in batch for n in (a, b)]
+        assert len(names) == len(set(names))
+
+
+def _probe(node: str, **facts: str) -> NodeProbe:
+    return NodeProbe(node, [0], Hardware(node), {"gpus": "8", **facts}, "k", {})
+
+
+def test_the_odd_node_is_named_with_the_majority_value() -> None:
+    probes = [_probe("a", driver="550"), _probe("b", driver="550"), _probe("c", driver="535"), _probe("d")]
+    odd = agreement.odd_facts(probes)
+    assert [(o.fact, o.nodes, o.values, o.majority, o.majority_nodes) for o in odd] == \
+        [("driver", ["c"], ["535"], "550", 2)]
+
+
+def test_no_majority_names_nobody() -> None:
+    assert agreement.odd_facts([_probe("a", driver="1"), _probe("b", driver="2"), _probe("c", driver="3")]) == []
+
+
+def test_the_numerics_vote_names_the_first_diverging_step_and_device() -> None:
+    same = [1.5, 1.25, 1.125, 1.0]
+    runs = [Numerics(r, f"n{r}", "cpu", list(same)) for r in range(4)]
+    runs[2] = Numerics(2, "n2", "cpu", [1.5, 1.25, 1.125 + 2**-20, 1.0])
+    found, unsettled = agreement.divergences(runs, {f"n{r}": "k" for r in range(4)})
+    assert [(d.node, d.step, d.majority, d.voters) for d in found] == [("n2", 3, 3, 4)] and not unsettled
+
+
+def test_two_devices_that_disagree_are_both_suspects() -> None:
+    runs = [Numerics(0, "a", "cpu", [1.0, 2.0]), Numerics(1, "b", "cpu", [1.0, 2.5])]
+    found, unsettled = agreement.divergences(runs, {"a": "k", "b": "k"})
+    assert not found and set(unsettled) == {"a", "b"}
+
+
+def test_the_nodes_section_reads_at_500_nodes_the_named_first_the_passing_folded() -> None:
+    from clusterbench.report.fleet import fleet_section
+    from clusterbench.results.fleet import Band, Exclusion, Fleet, NodeRow
+
+    rows = [NodeRow(f"gpu{i:03d}", "k", {"matmul_tflops": 700.0}, "PASS", []) for i in range(500)]
+    rows[17] = NodeRow("gpu017", "k", {"matmul_tflops": 100.0}, "EXCLUDE", ["matmul TFLOP/s 100, 0.14x the median"])
+    fleet = Fleet(nodes=rows, bands=[Band("k", "matmul_tflops", 700.0, 1.0, 499)],
+                  excluded=[Exclusion("gpu017", rows[17].reasons)], exclude="gpu017")
+    page = fleet_section(fleet)
+    folded = page.index("<details><summary>499 passing nodes</summary>")
+    assert page.index("gpu017") < folded and "var(--fail-bg)" in page[:folded]
+    assert page.count("<tr>") == 1 + 1 + 1 + 499  # the named table's head and row, the folded table's head and rows
+    assert "--exclude=gpu017" in page
