@@ -8,7 +8,6 @@ that dies takes nothing measured with it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch.distributed as dist
 
@@ -17,27 +16,13 @@ from clusterbench.comm import pairwise, scopes
 from clusterbench.comm.pairwise import PAIR_BYTES, measure_rounds
 from clusterbench.errors import UsageError
 from clusterbench.fleet import links, local
+from clusterbench.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.rank import Rank
 from clusterbench.results.fleet import Fleet
 from clusterbench.results.schema import CommOptions
 
-ONE_NODE = ("fleet: the job runs on one node; qualify a fleet across 3 nodes or more (torchrun --nnodes, "
-            "srun -N, mpirun across hosts)")
 
-
-@dataclass(frozen=True)
-class FleetPlan:
-    pair_bytes: int | None = None  # None: PAIR_BYTES for the device
-    pair_iters: int = 5
-    pair_bar: float = 0.5
-    tolerance: float = 0.1
-    peak_seconds: float = 0.3
-    numerics_steps: int = 8  # 0: no numerics vote
-    one_node_ok: bool = False  # `run`: a job on one node has no fleet to judge, and says so
-    whole: bool = False  # --global: the all_reduce across every node, and the search where it falls short
-
-
-def qualify(rank: Rank, plan: FleetPlan) -> None:
+def qualify(rank: Rank, plan: FleetOptions) -> None:
     worker = rank.worker
     nodes = scopes.node_order(list(worker.members))
     if len(nodes) < 2:

@@ -14,6 +14,7 @@ from clusterbench.analyse import fleet as conclusion
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
 from clusterbench.fleet import actions
+from clusterbench.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.report.blocks import Part
 from clusterbench.results.fleet import Band
 from clusterbench.results.folder import load_run
@@ -22,30 +23,12 @@ from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Context, NotRun, Stage
 
 if TYPE_CHECKING:
-    from clusterbench.fleet.qualify import FleetPlan
     from clusterbench.rank import Rank
 
 
 @dataclass(frozen=True)
-class FleetOptions:
-    pair_bytes: int | None = None
-    pair_iters: int = 5
-    pair_bar: float = 0.5
-    tolerance: float = 0.1
-    peak_seconds: float = 0.3
-    numerics_steps: int = 8
-    baseline: Path | None = None
-    exclude_out: Path | None = None
-    drain: bool = False
-    dry_run: bool = False
-    one_node_ok: bool = False
-    whole: bool = False  # --global
-
-
-@dataclass(frozen=True)
 class FleetJob:
-    plan: FleetPlan  # what the ranks do
-    options: FleetOptions
+    options: FleetOptions  # what the ranks do and the conclusion acts on
     bands: list[Band] = field(default_factory=list)  # from --baseline; empty: learned from this fleet
 
 
@@ -79,8 +62,6 @@ def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
 
 
 def resolve(opts: FleetOptions, context: Context) -> FleetJob:
-    from clusterbench.fleet.qualify import ONE_NODE, FleetPlan  # torch: only once a run resolves its stages
-
     if opts.dry_run and not opts.drain:
         raise UsageError("--dry-run prints the --drain commands: add --drain")
     if opts.drain:
@@ -92,9 +73,7 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
         if opts.one_node_ok:
             raise NotRun()
         raise UsageError(ONE_NODE)
-    plan = FleetPlan(opts.pair_bytes, opts.pair_iters, opts.pair_bar, opts.tolerance, opts.peak_seconds,
-                     opts.numerics_steps, opts.one_node_ok, opts.whole)
-    return FleetJob(plan, opts, bands)
+    return FleetJob(opts, bands)
 
 
 def _baseline(path: Path, shape: JobShape) -> list[Band]:
@@ -125,7 +104,7 @@ def this_class(shape: JobShape) -> str:
 def work(rank: Rank, job: FleetJob) -> None:
     from clusterbench.fleet.qualify import qualify  # torch: only on the ranks
 
-    qualify(rank, job.plan)
+    qualify(rank, job.options)
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
