@@ -86,6 +86,19 @@ def test_a_node_slow_against_two_healthy_partners_is_condemned_and_nobody_else()
     assert not found.flaky and not found.bad_links
 
 
+def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() -> None:
+    """c sends at 0.2 Gbps, e runs at 1 Gbps both ways: 11 of the 20 pairs are theirs, so the median of
+    every pair is one of e's (1 Gbps) and e would pass against it; the bars set c aside and find e."""
+    rows = [_row(a, b, 0.2 if a == "c" else 1.0 if "e" in (a, b) else 8.0) for a in "abcde" for b in "abcde" if a != b]
+    b = retests.bars(rows, 0.5)
+    assert b.gbps == 8.0 and retests.suspects_of(rows, b) == ["c", "e"]
+    plan = retests.plan(rows, list("abcde"), 0.5)
+    again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), why) for x, y, why in plan for src, dst in ((x, y), (y, x))
+             for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]
+    found = retests.judge(rows, again, list("abcde"), 0.5)
+    assert sorted(found.condemned) == ["c", "e"] and not found.suspects, found
+
+
 def test_a_pair_slow_once_and_normal_on_retest_is_flaky_not_a_bad_node() -> None:
     rows = _rounds("abcd", slow_pair=("a", "c"))
     plan = retests.plan(rows, list("abcd"), 0.5)
