@@ -102,6 +102,7 @@ class RankCommand(_Named):
     # After the ranks, on the process that owns the run folder: conclude(run, options, run folder)
     # judges the run as rank 0 left it and returns an exit code; the harness saves the run after.
     conclude: Callable[[Run, Any, Path], int] | None = None
+    imports: tuple[str, ...] = ()  # heavy modules its ranks import (launch.Job.imports)
 
     def add(self, p: argparse.ArgumentParser) -> None:
         self.add_arguments(p)

@@ -144,7 +144,7 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
         claim(setup.run_dir, setup.overwrite)
     job = _RankJob(cmd.name, cmd.work, options, setup.run_dir, tuple(sys.argv), setup.telemetry_hz)
     nccl_logs = setup.run_dir / NCCL_LOGS if setup.dist.backend == "nccl" else None
-    work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs)
+    work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs, (cmd.work.__module__, *cmd.imports))
     if setup.ray:
         from clusterbench import ray_launch  # only Ray users need ray installed
 

@@ -9,6 +9,7 @@ launcher nobody watches: each rank says how it ended, naming the ranks that went
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import re
@@ -21,11 +22,14 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
+from clusterbench import forking
 from clusterbench.dist import DistConfig, Worker, init
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 from clusterbench.hw.network import check_interface
@@ -51,6 +55,7 @@ class Job:
     dist: DistConfig
     iface: str | None = None  # the network interface Gloo and NCCL use between hosts
     nccl_logs: Path | None = None  # where each rank's NCCL log goes (NCCL runs)
+    imports: tuple[str, ...] = ()  # modules the ranks need, beyond fn's: imported once for all local ranks
 
 
 @dataclass(frozen=True)
@@ -140,9 +145,12 @@ def capture_nccl_log(folder: Path) -> None:
                       NCCL_DEBUG_FILE=str(folder / "nccl.%h.%p.log"))
 
 
-def _spawned(job: Job, seat: Seat, port: int) -> None:
+def _spawned(job: Job, seat: Seat, port_from: Connection) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
     try:
+        if not port_from.poll(job.dist.timeout_s):  # the parent never opened its store
+            raise RunFailed("the rendezvous store never opened")
+        port = port_from.recv()
         rdzv = Rendezvous.open("127.0.0.1", port, seat.world_size, job.dist.timeout_s, server=False)
         code = run_rank(job, rdzv, seat).code
     except RunFailed:
@@ -239,18 +247,45 @@ def _gist(message: str) -> str:
     return re.sub(r"\[[^\]]*\.(cc|cpp|hpp|h):\d+\] ", "", message).split(". This is typically")[0]
 
 
+def _context(job: Job) -> Any:
+    """How local ranks start: forked from a process that imported torch and the job's modules once, so
+    N ranks do not each pay the seconds of those imports. From this process itself where a fork of it
+    starts as clean as a new one: a CPU job, a torch built without CUDA (a parent that has asked CUDA
+    anything leaves its forks unable to use it), and no thread started since torch was imported
+    (forking.py; the store's threads start after the fork). Otherwise from a forkserver that imports
+    them, or, where there is none, spawned."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and job.dist.device_type == "cpu" and not torch.backends.cuda.is_built():
+        for name in (job.fn.__module__, *job.imports):
+            importlib.import_module(name)
+        if forking.pools_unstarted():  # the imports included
+            return mp.get_context("fork")
+    if "forkserver" not in methods:
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch.distributed", __name__, job.fn.__module__, *job.imports])
+    return ctx
+
+
 def _run_local(job: Job, nproc: int) -> Outcome:
-    ctx = mp.get_context("spawn")
-    rdzv = Rendezvous.open("127.0.0.1", 0, nproc, job.dist.timeout_s, server=True)
-    procs = [ctx.Process(target=_spawned, args=(job, Seat(r, nproc, r), rdzv.port), daemon=True)
-             for r in range(nproc)]
+    ctx = _context(job)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(nproc)]
+    procs = [ctx.Process(target=_spawned, args=(job, Seat(r, nproc, r), reader), daemon=True)
+             for r, (reader, _) in enumerate(pipes)]
     for p in procs:
         p.start()
     try:
+        # The store after the ranks: its threads are never forked. Each rank learns its port by its own pipe.
+        rdzv = Rendezvous.open("127.0.0.1", 0, nproc, job.dist.timeout_s, server=True)
+        for _, writer in pipes:
+            writer.send(rdzv.port)
         hung = _supervise(procs)
     except KeyboardInterrupt:
         _stop(procs)
         return Outcome(EXIT_INTERRUPTED, "interrupted by the user")
+    except BaseException:
+        _stop(procs)
+        raise
     codes = {r: p.exitcode for r, p in enumerate(procs)}
     return outcome_of(codes, hung, rdzv, job.dist.timeout_s)
 

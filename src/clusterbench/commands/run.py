@@ -188,5 +188,5 @@ def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
 
 COMMAND = RankCommand(
     "run", "the whole verdict: hardware, peaks, comm, SFT + alignment, report",
-    add_arguments, prepare, work, conclude,
+    add_arguments, prepare, work, conclude, tuple(dict.fromkeys(m for stage in registry.STAGES for m in stage.imports)),
 )

@@ -49,7 +49,7 @@ def conclude(stage: Stage, run: Run, plan: Any, run_dir: Path) -> int:
 
 def command(stage: Stage) -> RankCommand:
     return RankCommand(stage.name, stage.command or stage.name, stage.add_arguments, partial(prepare, stage),
-                       stage.work, partial(conclude, stage))
+                       stage.work, partial(conclude, stage), stage.imports)
 
 
 COMMANDS = tuple(command(stage) for stage in STAGES if stage.command)

@@ -14,7 +14,7 @@ from clusterbench.report.blocks import Part
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import Run, Train
 from clusterbench.stages.stage import Context, NoOptions, NotRun, Stage
-from clusterbench.stages.train import fine_tune, task_parts
+from clusterbench.stages.train import RANK_IMPORTS, fine_tune, task_parts
 
 if TYPE_CHECKING:
     from clusterbench.rank import Rank
@@ -59,5 +59,5 @@ def conclude(run: Run, canary: TrainJob) -> None:
 
 STAGE = Stage(
     name="canary", options=NoOptions, resolve=resolve, work=work, fills=("canary",), metrics=canary_metrics,
-    report=report, conclude=conclude,
+    report=report, conclude=conclude, imports=RANK_IMPORTS,
 )

@@ -147,5 +147,6 @@ STAGE = Stage(
     name="fleet", options=FleetOptions, resolve=resolve, work=work, fills=("fleet",),
     add_arguments=add_arguments, metrics=conclusion.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
-    checks=("fleet",), writes_report=True,
+    checks=("fleet",), writes_report=True, imports=("clusterbench.fleet.qualify", "transformers",
+                                                     "transformers.models.llama.modeling_llama"),
 )

@@ -87,6 +87,8 @@ class Stage(Generic[Options, Plan]):
     checks: tuple[str, ...] = ()  # the default rules that decide its own command's exit code
     optional: bool = True  # `run --skip NAME` may leave it out
     writes_report: bool = False  # its own command renders report.html too (`run` always does)
+    # Heavy modules its ranks import: local ranks fork from one process that imported them once.
+    imports: tuple[str, ...] = ()
 
     def ran(self, run: Run) -> bool:
         """Whether run.json holds anything of this stage's."""

@@ -61,8 +61,13 @@ def conclude(run: Run, job: TrainJob) -> None:
     save_reference(run, job)
 
 
+# What a training rank imports, the model's code included (transformers loads it on first use).
+RANK_IMPORTS = ("clusterbench.train.measure", "clusterbench.train.job", "transformers",
+                "transformers.models.llama.modeling_llama")
+
 STAGE = Stage(
     name="train", options=options.TrainOptions, resolve=resolve, work=work, fills=("train", "train_steps"),
     add_arguments=options.add_arguments, metrics=train_metrics.metrics, report=report, conclude=conclude,
     command="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment", checks=("training", "loss alignment"),
+    imports=RANK_IMPORTS,
 )

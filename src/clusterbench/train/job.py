@@ -17,6 +17,7 @@ import torch
 
 from clusterbench.analyse import alignment, references
 from clusterbench.errors import UsageError
+from clusterbench.forking import without_thread_pools
 from clusterbench.results import documents
 from clusterbench.results.documents import LossReference
 from clusterbench.results.folder import result_files
@@ -77,7 +78,8 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
                       dtype=opts.dtype or defaults["dtype"], parallel=opts.parallel,
                       activation_checkpointing=opts.activation_checkpointing)
     # Loaded here too (the ranks load their own) so bad data fails before any rank starts.
-    task = load_task(opts.data, opts.tokenizer, seq_len, opts.packing, opts.seed)
+    with without_thread_pools():
+        task = load_task(opts.data, opts.tokenizer, seq_len, opts.packing, opts.seed)
     vocab = spec.config.get("vocab_size", task.vocab_size)
     if task.vocab_size > vocab:
         raise UsageError(f"the tokenizer has {task.vocab_size} tokens, model {spec.name} only {vocab}")
