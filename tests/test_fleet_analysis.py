@@ -68,7 +68,7 @@ def _rounds(nodes: str, slow_sender: str = "", slow_pair: tuple[str, str] = ("",
 
 
 def _retest(rows: list[PairRow], plan: list[tuple[str, str, str]], slow_sender: str = "") -> list[Retest]:
-    b = retests.bars(rows, 0.5)
+    b, _ = retests.learn(rows, 0.5)
     out = []
     for x, y, why in plan:
         for src, dst in ((x, y), (y, x)):
@@ -88,10 +88,10 @@ def test_a_node_slow_against_two_healthy_partners_is_condemned_and_nobody_else()
 
 def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() -> None:
     """c sends at 0.2 Gbps, e runs at 1 Gbps both ways: 11 of the 20 pairs are theirs, so the median of
-    every pair is one of e's (1 Gbps) and e would pass against it; the bars set c aside and find e."""
+    every pair is one of e's (1 Gbps) and e would pass against it; c's pairs set aside, e is found."""
     rows = [_row(a, b, 0.2 if a == "c" else 1.0 if "e" in (a, b) else 8.0) for a in "abcde" for b in "abcde" if a != b]
-    b = retests.bars(rows, 0.5)
-    assert b.gbps == 8.0 and retests.suspects_of(rows, b) == ["c", "e"]
+    b, suspects = retests.learn(rows, 0.5)
+    assert b.gbps == 8.0 and suspects == ["c", "e"]
     plan = retests.plan(rows, list("abcde"), 0.5)
     again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), why) for x, y, why in plan for src, dst in ((x, y), (y, x))
              for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]

@@ -2,10 +2,11 @@
 
 The rounds measure every pair of nodes once, many pairs at a time, each figure the median of its
 messages. A pair is slow when its bandwidth is below `bar` x the median pair, or its latency above
-LATENCY_BAR x the median latency, both medians over the healthy nodes' pairs (bars()). A node is a
-suspect when most of its pairs in one direction (two at least) are slow; every other node is a healthy partner. The retests measure each suspect
-against two healthy partners (those it was slow with first), and every other slow pair once more,
-each keeping its fastest message and round trip: noise only ever slows a link, so a link that
+LATENCY_BAR x the median latency, both medians over the healthy nodes' pairs. A node is a suspect
+when most of its pairs in one direction (two at least) are slow, not counting its pairs with the
+suspects found before it (learn()); every other node is a healthy partner. The retests measure each
+suspect against two healthy partners (those it was slow with first), and every other slow pair once
+more, each keeping its fastest message and round trip: noise only ever slows a link, so a link that
 never reaches the bar in all its messages is slow, and one that reaches it once can. Then:
 - a suspect slow again against at least two different healthy partners is condemned: one slow
   partner could be that partner's fault, two cannot (NVIDIA ClusterKit retests bad pairs alike);
@@ -45,21 +46,6 @@ class Bars:
         return f"{latency_us:.3g} us latency, {latency_us / self.latency_us:.1f}x the median {self.latency_us:.3g} us"
 
 
-def bars(rows: list[PairRow], bar: float) -> Bars:
-    """The bars against the pairs of the healthy nodes, learned by iterative exclusion: the median of
-    every pair, then again without the pairs of the nodes that are suspects against it, until no new
-    suspect appears. Two bad nodes of five touch 11 of the 20 pairs, and the plain median would be
-    one of theirs; a node once set aside stays aside, so the learning ends."""
-    kept, aside = rows, set()
-    while True:
-        b = Bars(statistics.median(r.gbps for r in kept), statistics.median(r.latency_us for r in kept), bar)
-        found = aside | set(suspects_of(rows, b))
-        rest = [r for r in rows if r.src_node not in found and r.dst_node not in found]
-        if found == aside or not rest:
-            return b
-        kept, aside = rest, found
-
-
 @dataclass
 class Verdicts:
     condemned: dict[str, list[str]] = field(default_factory=dict)  # node -> reasons
@@ -72,8 +58,9 @@ def _slow_rows(rows: list[PairRow], b: Bars) -> list[PairRow]:
     return [r for r in rows if b.slow(r.gbps, r.latency_us)]
 
 
-def suspects_of(rows: list[PairRow], b: Bars) -> list[str]:
-    """Nodes most of whose pairs in one direction are slow (two at least), most slow pairs first."""
+def _worst(rows: list[PairRow], b: Bars) -> str | None:
+    """The node with the most slow pairs in one direction, where they are most of that direction's
+    (two at least); None when no node is so."""
     pairs: dict[tuple[str, str], list[bool]] = {}
     for r in rows:
         slow = b.slow(r.gbps, r.latency_us)
@@ -83,16 +70,42 @@ def suspects_of(rows: list[PairRow], b: Bars) -> list[str]:
     for (node, _), found in pairs.items():
         if sum(found) >= 2 and 2 * sum(found) > len(found):
             slow_count[node] = max(slow_count.get(node, 0), sum(found))
-    return sorted(slow_count, key=lambda n: (-slow_count[n], n))
+    return min(slow_count, key=lambda n: (-slow_count[n], n), default=None)
+
+
+def learn(rows: list[PairRow], bar: float) -> tuple[Bars, list[str]]:
+    """The bars and the suspects, learned together by explaining away. The node with the most slow pairs
+    is a suspect; its pairs are set aside, the medians taken again over the rest, and the slow pairs
+    counted again without it, until no node is left with most of its pairs in one direction slow. A
+    node slow only with suspects is explained by them: a node held to a tenth of a CPU slows every
+    partner's latency, and those partners are not suspects for it. Two bad nodes of five touch 11 of
+    the 20 pairs, so the median of every pair is one of theirs. The medians are learned again only
+    while a majority of the nodes is left to set them; suspects found beyond that are judged by the
+    last bars. Suspects come worst first."""
+    nodes = {r.src_node for r in rows} | {r.dst_node for r in rows}
+    suspects: list[str] = []
+
+    def kept() -> list[PairRow]:
+        return [r for r in rows if r.src_node not in suspects and r.dst_node not in suspects]
+
+    b = _bars(rows, bar)
+    while (worst := _worst(kept(), b)) is not None:
+        suspects.append(worst)
+        if 2 * len(suspects) < len(nodes) and kept():
+            b = _bars(kept(), bar)
+    return b, suspects
+
+
+def _bars(rows: list[PairRow], bar: float) -> Bars:
+    return Bars(statistics.median(r.gbps for r in rows), statistics.median(r.latency_us for r in rows), bar)
 
 
 def plan(rows: list[PairRow], nodes: list[str], bar: float) -> list[tuple[str, str, str]]:
     """The pairs of nodes to measure again, each once, with why."""
     if not rows:
         return []
-    b = bars(rows, bar)
+    b, suspects = learn(rows, bar)
     slow = _slow_rows(rows, b)
-    suspects = suspects_of(rows, b)
     healthy = [n for n in nodes if n not in suspects]
     chosen: dict[frozenset[str], tuple[str, str, str]] = {}
     for x in suspects:
@@ -124,8 +137,7 @@ def judge(rows: list[PairRow], retests: list[Retest], nodes: list[str], bar: flo
     found = Verdicts()
     if not rows:
         return found
-    b = bars(rows, bar)
-    suspects = suspects_of(rows, b)
+    b, suspects = learn(rows, bar)
     healthy = set(nodes) - set(suspects)
     for x in suspects:
         against = sorted({t.dst_node if t.src_node == x else t.src_node for t in retests

@@ -33,7 +33,7 @@ def retest(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], opts: C
         return
     schedule = retests.rounds_of(todo)
     rank.say(f"# retests: {len(todo)} pair(s) in {len(schedule)} round(s)")
-    bars = retests.bars(rows, fleet.pair_bar)
+    bars, _ = retests.learn(rows, fleet.pair_bar)
     first = {(r.src_node, r.dst_node): r.gbps for r in rows if bars.slow(r.gbps, r.latency_us)}
     for i, batch in enumerate(schedule, 1):
         rank.progress.at(f"the retests, round {i}/{len(schedule)}")
