@@ -6,6 +6,7 @@ what the fleet excludes. Each test shows that exactly the faulty nodes go, each 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -85,12 +86,14 @@ def test_a_link_slow_for_a_while_is_flaky_reported_and_nobody_is_excluded(bed: N
     assert rank0.returncode == 0, (rank0.stdout[-3000:], rank0.stderr[-2000:])
     fleet = read_run(out)["fleet"]
     assert not fleet["excluded"] and set(verdicts(out).values()) <= {"PASS", "SUSPECT"}
-    # node1's link is named; a pair that this shared host's other work slowed for a moment may be too.
+    # node1's link is named: flaky, or node1 a suspect when this shared host's other work also slowed one
+    # of its retests (one slow partner proves nothing). A pair slowed for a moment by that work may be too.
     links = [text.split(":")[0] for text in fleet["flaky"]]
     suspects = [r["node"] for r in fleet["nodes"] if r["verdict"] == "SUSPECT"]
     assert any("node1" in link.split(" -> ") for link in links) or "node1" in suspects, (fleet["flaky"], suspects)
     assert any(t["src_node"] == "node1" and not t["slow"] for t in fleet["retests"])
-    assert "flaky link (reported, nobody excluded): node1 -> " in rank0.stdout
+    said = "flaky link (reported, nobody excluded): node1 -> " in rank0.stdout
+    assert said or re.search(r"SUSPECT +node1 ", rank0.stdout), rank0.stdout[-3000:]
 
 
 def test_a_node_killed_mid_run_is_named_and_excluded_with_what_was_measured_kept(bed: NetnsBed,
