@@ -91,7 +91,7 @@ def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() 
     every pair is one of e's (1 Gbps) and e would pass against it; c's pairs set aside, e is found."""
     rows = [_row(a, b, 0.2 if a == "c" else 1.0 if "e" in (a, b) else 8.0) for a in "abcde" for b in "abcde" if a != b]
     b, suspects = retests.learn(rows, 0.5)
-    assert b.gbps == 8.0 and suspects == ["c", "e"]
+    assert b.gbps == 8.0 and suspects == {"c": "send", "e": "receive"}
     plan = retests.plan(rows, list("abcde"), 0.5)
     again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), why) for x, y, why in plan for src, dst in ((x, y), (y, x))
              for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]

@@ -8,8 +8,9 @@ suspects found before it (learn()); every other node is a healthy partner. The r
 suspect against two healthy partners (those it was slow with first), and every other slow pair once
 more, each keeping its fastest message and round trip: noise only ever slows a link, so a link that
 never reaches the bar in all its messages is slow, and one that reaches it once can. Then:
-- a suspect slow again against at least two different healthy partners is condemned: one slow
-  partner could be that partner's fault, two cannot (NVIDIA ClusterKit retests bad pairs alike);
+- a suspect slow again, the way it was slow (its sends or its receives), against at least two
+  different healthy partners is condemned: one slow partner could be that partner's fault, two
+  cannot (NVIDIA ClusterKit retests bad pairs alike), and noise picks no direction;
 - a suspect slow again against one is a suspect still; against none, it is cleared, and its slow
   pairs are flaky;
 - a pair slow in its round and normal on retest is flaky: reported, nobody excluded;
@@ -58,22 +59,20 @@ def _slow_rows(rows: list[PairRow], b: Bars) -> list[PairRow]:
     return [r for r in rows if b.slow(r.gbps, r.latency_us)]
 
 
-def _worst(rows: list[PairRow], b: Bars) -> str | None:
-    """The node with the most slow pairs in one direction, where they are most of that direction's
-    (two at least); None when no node is so."""
+def _worst(rows: list[PairRow], b: Bars) -> tuple[str, str] | None:
+    """The node and direction ("send" or "receive") with the most slow pairs, where they are most of
+    that direction's pairs (two at least); None when no node is so."""
     pairs: dict[tuple[str, str], list[bool]] = {}
     for r in rows:
         slow = b.slow(r.gbps, r.latency_us)
         pairs.setdefault((r.src_node, "send"), []).append(slow)
         pairs.setdefault((r.dst_node, "receive"), []).append(slow)
-    slow_count: dict[str, int] = {}
-    for (node, _), found in pairs.items():
-        if sum(found) >= 2 and 2 * sum(found) > len(found):
-            slow_count[node] = max(slow_count.get(node, 0), sum(found))
-    return min(slow_count, key=lambda n: (-slow_count[n], n), default=None)
+    worst = [(-sum(found), node, way) for (node, way), found in pairs.items()
+             if sum(found) >= 2 and 2 * sum(found) > len(found)]
+    return min(worst)[1:] if worst else None
 
 
-def learn(rows: list[PairRow], bar: float) -> tuple[Bars, list[str]]:
+def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
     """The bars and the suspects, learned together by explaining away. The node with the most slow pairs
     is a suspect; its pairs are set aside, the medians taken again over the rest, and the slow pairs
     counted again without it, until no node is left with most of its pairs in one direction slow. A
@@ -81,16 +80,16 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, list[str]]:
     partner's latency, and those partners are not suspects for it. Two bad nodes of five touch 11 of
     the 20 pairs, so the median of every pair is one of theirs. The medians are learned again only
     while a majority of the nodes is left to set them; suspects found beyond that are judged by the
-    last bars. Suspects come worst first."""
+    last bars. Suspects come worst first, each with the direction its slow pairs ran (send, receive)."""
     nodes = {r.src_node for r in rows} | {r.dst_node for r in rows}
-    suspects: list[str] = []
+    suspects: dict[str, str] = {}
 
     def kept() -> list[PairRow]:
         return [r for r in rows if r.src_node not in suspects and r.dst_node not in suspects]
 
     b = _bars(rows, bar)
     while (worst := _worst(kept(), b)) is not None:
-        suspects.append(worst)
+        suspects[worst[0]] = worst[1]
         if 2 * len(suspects) < len(nodes) and kept():
             b = _bars(kept(), bar)
     return b, suspects
@@ -139,15 +138,18 @@ def judge(rows: list[PairRow], retests: list[Retest], nodes: list[str], bar: flo
         return found
     b, suspects = learn(rows, bar)
     healthy = set(nodes) - set(suspects)
-    for x in suspects:
-        against = sorted({t.dst_node if t.src_node == x else t.src_node for t in retests
-                          if t.slow and x in (t.src_node, t.dst_node)} & healthy)
+    for x, way in suspects.items():
+        # Slow again the way that made it a suspect: a node's own fault is in its sends or its receives,
+        # and this host's noise slows either at random.
+        again = [t for t in retests if t.slow and (t.src_node if way == "send" else t.dst_node) == x
+                 and (t.dst_node if way == "send" else t.src_node) in healthy]
+        against = sorted({t.dst_node if way == "send" else t.src_node for t in again})
         mine = [r for r in _slow_rows(rows, b) if x in (r.src_node, r.dst_node)]
         if len(against) >= PARTNERS:
-            worst = min((t for t in retests if t.slow and x in (t.src_node, t.dst_node)), key=lambda t: t.gbps)
-            way = f"sends to {worst.dst_node}" if worst.src_node == x else f"receives from {worst.src_node}"
+            worst = min(again, key=lambda t: t.gbps)
+            what = f"sends to {worst.dst_node}" if way == "send" else f"receives from {worst.src_node}"
             found.condemned[x] = [(f"slow against {len(against)} healthy partners ({', '.join(against)}) on retest: "
-                                   f"{way} at {b.why(worst.gbps, worst.latency_us)}")]
+                                   f"{what} at {b.why(worst.gbps, worst.latency_us)}")]
         elif against:
             found.suspects[x] = (f"in {len(mine)} slow pairs, slow again against 1 healthy partner ({against[0]}): "
                                  "not proven")
