@@ -79,7 +79,7 @@ def _retest(rows: list[PairRow], plan: list[tuple[str, str, str]], slow_sender: 
 
 def test_a_node_slow_against_two_healthy_partners_is_condemned_and_nobody_else() -> None:
     rows = _rounds("abcdef", slow_sender="c")
-    plan = retests.plan(rows, list("abcdef"), 0.5)
+    plan = retests.plan(rows, list("abcdef"), *retests.learn(rows, 0.5))
     assert {frozenset(p[:2]) for p in plan} == {frozenset("ca"), frozenset("cb")}
     found = retests.judge(rows, _retest(rows, plan, slow_sender="c"), list("abcdef"), 0.5)
     assert list(found.condemned) == ["c"] and "sends to" in found.condemned["c"][0]
@@ -92,7 +92,7 @@ def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() 
     rows = [_row(a, b, 0.2 if a == "c" else 1.0 if "e" in (a, b) else 8.0) for a in "abcde" for b in "abcde" if a != b]
     b, suspects = retests.learn(rows, 0.5)
     assert b.gbps == 8.0 and suspects == {"c": "send", "e": "receive"}
-    plan = retests.plan(rows, list("abcde"), 0.5)
+    plan = retests.plan(rows, list("abcde"), *retests.learn(rows, 0.5))
     again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), why) for x, y, why in plan for src, dst in ((x, y), (y, x))
              for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]
     found = retests.judge(rows, again, list("abcde"), 0.5)
@@ -101,7 +101,7 @@ def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() 
 
 def test_a_pair_slow_once_and_normal_on_retest_is_flaky_not_a_bad_node() -> None:
     rows = _rounds("abcd", slow_pair=("a", "c"))
-    plan = retests.plan(rows, list("abcd"), 0.5)
+    plan = retests.plan(rows, list("abcd"), *retests.learn(rows, 0.5))
     assert [p[:2] for p in plan] == [("a", "c")]
     found = retests.judge(rows, _retest(rows, plan), list("abcd"), 0.5)
     assert not found.condemned and not found.suspects and len(found.flaky) == 1
@@ -110,7 +110,7 @@ def test_a_pair_slow_once_and_normal_on_retest_is_flaky_not_a_bad_node() -> None
 
 def test_two_nodes_cannot_tell_which_is_at_fault() -> None:
     rows = _rounds("ab", slow_sender="a")
-    plan = retests.plan(rows, ["a", "b"], 0.5)
+    plan = retests.plan(rows, ["a", "b"], *retests.learn(rows, 0.5))
     found = retests.judge(rows, _retest(rows, plan, slow_sender="a"), ["a", "b"], 0.5)
     assert not found.condemned and set(found.suspects) == {"a", "b"}
 

@@ -83,15 +83,12 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
     last bars. Suspects come worst first, each with the direction its slow pairs ran (send, receive)."""
     nodes = {r.src_node for r in rows} | {r.dst_node for r in rows}
     suspects: dict[str, str] = {}
-
-    def kept() -> list[PairRow]:
-        return [r for r in rows if r.src_node not in suspects and r.dst_node not in suspects]
-
-    b = _bars(rows, bar)
-    while (worst := _worst(kept(), b)) is not None:
-        suspects[worst[0]] = worst[1]
-        if 2 * len(suspects) < len(nodes) and kept():
-            b = _bars(kept(), bar)
+    b, kept = _bars(rows, bar), rows
+    while (worst := _worst(kept, b)) is not None:
+        node, suspects[node] = worst
+        kept = [r for r in kept if node not in (r.src_node, r.dst_node)]
+        if 2 * len(suspects) < len(nodes) and kept:
+            b = _bars(kept, bar)
     return b, suspects
 
 
@@ -99,11 +96,8 @@ def _bars(rows: list[PairRow], bar: float) -> Bars:
     return Bars(statistics.median(r.gbps for r in rows), statistics.median(r.latency_us for r in rows), bar)
 
 
-def plan(rows: list[PairRow], nodes: list[str], bar: float) -> list[tuple[str, str, str]]:
-    """The pairs of nodes to measure again, each once, with why."""
-    if not rows:
-        return []
-    b, suspects = learn(rows, bar)
+def plan(rows: list[PairRow], nodes: list[str], b: Bars, suspects: dict[str, str]) -> list[tuple[str, str, str]]:
+    """The pairs of nodes to measure again, each once, with why, from what learn() found in `rows`."""
     slow = _slow_rows(rows, b)
     healthy = [n for n in nodes if n not in suspects]
     chosen: dict[frozenset[str], tuple[str, str, str]] = {}

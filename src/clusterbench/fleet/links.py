@@ -28,12 +28,14 @@ def retest(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], opts: C
     """The slow pairs and the suspects against healthy partners, measured again in rounds of disjoint
     pairs, each keeping its fastest message (every rank computes the same plan from the same rows)."""
     worker = rank.worker
-    todo = retests.plan(rows, list(nodes), fleet.pair_bar)
+    if not rows:
+        return
+    bars, suspects = retests.learn(rows, fleet.pair_bar)
+    todo = retests.plan(rows, list(nodes), bars, suspects)
     if not todo:
         return
     schedule = retests.rounds_of(todo)
     rank.say(f"# retests: {len(todo)} pair(s) in {len(schedule)} round(s)")
-    bars, _ = retests.learn(rows, fleet.pair_bar)
     first = {(r.src_node, r.dst_node): r.gbps for r in rows if bars.slow(r.gbps, r.latency_us)}
     for i, batch in enumerate(schedule, 1):
         rank.progress.at(f"the retests, round {i}/{len(schedule)}")

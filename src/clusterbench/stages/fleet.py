@@ -21,6 +21,7 @@ from clusterbench.results.folder import load_run
 from clusterbench.results.schema import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Context, NotRun, Stage
+from clusterbench.stages.train import MODEL_IMPORTS
 
 if TYPE_CHECKING:
     from clusterbench.rank import Rank
@@ -147,6 +148,5 @@ STAGE = Stage(
     name="fleet", options=FleetOptions, resolve=resolve, work=work, fills=("fleet",),
     add_arguments=add_arguments, metrics=conclusion.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
-    checks=("fleet",), writes_report=True, imports=("clusterbench.fleet.qualify", "transformers",
-                                                     "transformers.models.llama.modeling_llama"),
+    checks=("fleet",), writes_report=True, imports=("clusterbench.fleet.qualify", *MODEL_IMPORTS),
 )

@@ -61,9 +61,9 @@ def conclude(run: Run, job: TrainJob) -> None:
     save_reference(run, job)
 
 
-# What a training rank imports, the model's code included (transformers loads it on first use).
-RANK_IMPORTS = ("clusterbench.train.measure", "clusterbench.train.job", "transformers",
-                "transformers.models.llama.modeling_llama")
+# The model's code a rank trains with (transformers loads it on first use), and all a training rank imports.
+MODEL_IMPORTS = ("transformers", "transformers.models.llama.modeling_llama")
+RANK_IMPORTS = ("clusterbench.train.measure", "clusterbench.train.job", *MODEL_IMPORTS)
 
 STAGE = Stage(
     name="train", options=options.TrainOptions, resolve=resolve, work=work, fills=("train", "train_steps"),
