@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+# The runs the tests start are recorded nowhere, unless a test names a store (test_store*.py, test_history.py):
+# never in the user's data directory, and without a second's SQLAlchemy import in each of hundreds of runs.
+os.environ["CLUSTERBENCH_STORE"] = "off"
+
 # Not Llama-style, and naming its position limit n_positions.
 GPT2 = {"model_type": "gpt2", "vocab_size": 4096, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 32}
 

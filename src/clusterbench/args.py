@@ -76,6 +76,20 @@ def size(text: str) -> int:
     return int(value)
 
 
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([hdw])\s*$")
+_AGE_UNITS = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+MAX_AGE_S = 100 * 365 * 86400.0
+
+
+def age(text: str) -> float:
+    """A period back from now, as history's --since takes it (12h, 30d, 8w), in seconds."""
+    match = _AGE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{clipped(text)!r} is not a period: give hours, days or weeks, "
+                                         "like 12h, 30d or 8w")
+    return min(float(match.group(1)) * _AGE_UNITS[match.group(2)], MAX_AGE_S)
+
+
 def names(text: str, what: str) -> list[str]:
     """A comma-separated list of names, each stripped; an empty one ("a,,b", "a,", "") is refused."""
     items = [t.strip() for t in text.split(",")]

@@ -8,7 +8,21 @@ import sys
 
 from clusterbench import __version__, launchers
 from clusterbench.command import Command, RankCommand, ToolCommand
-from clusterbench.commands import align, baseline, compare, cost_model, diagnose, info, peak, report, run, stage
+from clusterbench.commands import (
+    align,
+    baseline,
+    check,
+    compare,
+    cost_model,
+    diagnose,
+    history,
+    info,
+    peak,
+    report,
+    run,
+    stage,
+    store,
+)
 from clusterbench.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError, one_line
 
 COMMANDS: tuple[Command, ...] = (
@@ -21,7 +35,10 @@ COMMANDS: tuple[Command, ...] = (
     compare.COMMAND,
     baseline.COMMAND,
     diagnose.COMMAND,
+    check.COMMAND,
     cost_model.COMMAND,
+    store.COMMAND,
+    history.COMMAND,
 )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import args as argtypes
+from clusterbench import publish
 from clusterbench.errors import EXIT_OK
 from clusterbench.hw.network import check_interface
 from clusterbench.launchers import MAX_WORLD_SIZE
@@ -77,6 +78,7 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
                    type=argtypes.real(0.0, strict=False, maximum=MAX_HZ),
                    help=f"device telemetry samples per second while the stages run; 0: off (default {DEFAULT_HZ:g})")
     add_out_argument(g)
+    publish.add_arguments(g)
 
 
 def add_out_argument(p: Any) -> None:
@@ -124,8 +126,12 @@ class LocalCommand(_Named):
     def add(self, p: argparse.ArgumentParser) -> None:
         self.add_arguments(p)
         add_out_argument(p)
+        publish.add_arguments(p)
 
     def main(self, args: argparse.Namespace) -> int:
+        from clusterbench.recording import record_of  # the stages' metrics: only once a run is done
+
+        outputs = publish.outputs_of(args)
         options = self.prepare(args)
         out = claim(getattr(args, "out", None) or default_run_dir(self.name), getattr(args, "overwrite", False))
         folder = RunFolder(out, self.name, sys.argv)
@@ -135,7 +141,9 @@ class LocalCommand(_Named):
             folder.finish_failed(e)
             raise
         folder.finish("complete")
-        announce(folder.path, sys.stderr if self.results_to_stderr(options) else sys.stdout)
+        say = sys.stderr if self.results_to_stderr(options) else sys.stdout
+        publish.publish(record_of(folder.run, str(folder.path.absolute())), outputs, say)
+        announce(folder.path, say)
         return EXIT_OK
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from clusterbench import args as argtypes
-from clusterbench import launch, launchers
+from clusterbench import launch, launchers, publish
 from clusterbench.command import Launch, RankCommand
 from clusterbench.dist import DistConfig, Worker, resolve
 from clusterbench.environment import environment
@@ -29,6 +29,7 @@ from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupt
 from clusterbench.hw.topology import describe
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress, Rank
+from clusterbench.recording import record_of
 from clusterbench.rendezvous import check_address
 from clusterbench.results import documents
 from clusterbench.results.folder import NCCL_LOGS, RunFolder, announce, claim, default_run_dir, load_run, save_run
@@ -138,6 +139,7 @@ def _joined(options: Launch) -> Joined | None:
 
 def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     setup = setup_for(args, cmd.name)
+    outputs = publish.outputs_of(args)
     options = cmd.prepare(args, setup.shape)
     owner = setup.joined is None or setup.joined.rank == 0  # writes the run folder and concludes
     if owner:
@@ -171,6 +173,7 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
                 save_run(setup.run_dir, run)
             except RunFailed as e:
                 late = late or e
+        publish.publish(record_of(run, str(setup.run_dir.absolute())), outputs)
     _raise(outcome, setup.run_dir)
     if late is not None:
         raise late

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
 from clusterbench.results.documents import Baseline, MetricStats
+from clusterbench.results.fleet import Band
+from clusterbench.results.folder import load_run
 
 
 def build(runs: list[tuple[str, dict[str, float]]]) -> Baseline:
@@ -33,3 +36,17 @@ def load_means(path: str | Path) -> dict[str, float]:
     p = Path(path)
     baseline = documents.read(p, documents.BASELINE, f"baseline {p}")
     return {name: m.mean for name, m in baseline.metrics.items()}
+
+
+def bands_of(path: Path, label: str) -> list[Band]:
+    """The node bands an earlier fleet run (its folder or run.json) or a baseline from the store holds."""
+    if path.is_file() and path.name != "run.json":
+        doc = documents.read(path, documents.BASELINE, f"{label} {path}")
+        if not doc.bands:
+            raise UsageError(f"{label} {path}: that baseline holds no node bands (make one with clusterbench "
+                             "baseline --from-store, from a store that recorded fleet runs)")
+        return [replace(b, source=f"baseline {path} ({b.source})") for b in doc.bands]
+    run = load_run(path)
+    if run.fleet is None or not run.fleet.bands:
+        raise UsageError(f"{label} {path}: that run holds no fleet bands (make one with clusterbench fleet)")
+    return [replace(b, source=f"baseline {path}") for b in run.fleet.bands]

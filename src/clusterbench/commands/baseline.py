@@ -1,28 +1,89 @@
-"""`clusterbench baseline RUN_DIR... -o FILE`: several runs summarised into one baseline."""
+"""`clusterbench baseline RUN_DIR... -o FILE`: several runs summarised into one baseline;
+`clusterbench baseline --from-store --since 30d -o FILE`: one from the results store's healthy past."""
 
 from __future__ import annotations
 
 import argparse
+import time
 
+from clusterbench import args as argtypes
 from clusterbench.analyse import baseline
 from clusterbench.command import ToolCommand
-from clusterbench.errors import EXIT_OK
+from clusterbench.errors import EXIT_OK, UsageError
+from clusterbench.publish import add_store_argument
 from clusterbench.registry import metrics_of
+from clusterbench.results.documents import Baseline
 from clusterbench.results.folder import check_output, load_run
+from clusterbench.store import where as store_where
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to summarise")
+    p.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run folders to summarise")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="baseline JSON to write (a new file)")
     p.add_argument("--overwrite", action="store_true", help="replace FILE when it exists")
+    g = p.add_argument_group("from the results store")
+    g.add_argument("--from-store", dest="from_store", action="store_true",
+                   help="summarise the store's healthy runs and nodes of one hardware class instead of run folders")
+    add_store_argument(g, "read")
+    g.add_argument("--since", type=argtypes.age, metavar="PERIOD", help="only runs this recent (default 30d)")
+    g.add_argument("--class", dest="klass", metavar="CLASS",
+                   help="the hardware class (default: the store's only one)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.from_store == bool(args.runs):
+        raise UsageError("give run folders, or --from-store, and not both")
+    if not args.from_store and (args.since or args.klass or args.store):
+        raise UsageError("--since, --class and --store choose what --from-store reads: add --from-store")
     output = check_output(args.output, "-o", args.overwrite)  # before reading: a refusal costs nothing
-    doc = baseline.build([(str(run), metrics_of(load_run(run)).values) for run in args.runs])
+    if args.from_store:
+        doc = _from_store(args)
+        what = f"{len(doc.runs)} healthy runs of {doc.klass}, {len(doc.bands)} node bands"
+    else:
+        doc = baseline.build([(str(run), metrics_of(load_run(run)).values) for run in args.runs])
+        what = f"{len(args.runs)} runs"
     path = baseline.write(doc, output)
-    print(f"# baseline: {len(doc.metrics)} metrics over {len(args.runs)} runs -> {path}")
+    print(f"# baseline: {len(doc.metrics)} metrics over {what} -> {path}")
     return EXIT_OK
 
 
-COMMAND = ToolCommand("baseline", "summarise several runs into a baseline JSON", add_arguments, main)
+def _from_store(args: argparse.Namespace) -> Baseline:
+    from clusterbench.analyse import history as analysis
+    from clusterbench.store import history
+    from clusterbench.store.db import open_store  # SQLAlchemy: only where the store is read
+
+    where = store_where.resolve(args.store)
+    if where is None:
+        raise UsageError("--store off: there is no store to read")
+    since = args.since or argtypes.age("30d")
+    since_s = time.time() - since
+    store = open_store(where, create=False)
+    try:
+        with store.reading() as conn:
+            classes = [k for k, _ in history.summary(conn).classes]
+            klass = _class(args.klass, classes)
+            stats = history.healthy_stats(conn, klass, since_s)
+            values = history.healthy_values(conn, klass, since_s, analysis.band_metrics())
+    finally:
+        store.close()
+    source = f"store {where.shown}, {since / 86400:g} days to {time.strftime('%Y-%m-%d', time.gmtime())}"
+    doc = analysis.baseline(stats, values, klass, source)
+    if not doc.runs:
+        raise UsageError(f"store {where.shown}: no healthy run of {klass} in the last {since / 86400:g} days")
+    return doc
+
+
+def _class(asked: str | None, classes: list[str]) -> str:
+    known = [k for k in classes if k != "?"]
+    if asked is not None:
+        if asked not in known:
+            raise UsageError(f"--class {asked!r}: the store knows {', '.join(map(repr, known)) or 'no class'}")
+        return asked
+    if len(known) != 1:
+        raise UsageError("the store holds " + (f"several hardware classes ({', '.join(map(repr, known))}): "
+                                               "choose one with --class" if known else "no run yet"))
+    return known[0]
+
+
+COMMAND = ToolCommand("baseline", "summarise several runs, or the results store's healthy past, into a baseline JSON",
+                      add_arguments, main)

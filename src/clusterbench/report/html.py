@@ -27,14 +27,19 @@ def page(run: Run, verdicts: list[Verdict], parts: list[Part]) -> str:
     meta = (f"<b>{esc(run.started_utc)}</b> → <b>{esc(run.finished_utc)}</b> · status "
             f"<b>{esc(run.status)}</b> · clusterbench {esc(run.version)} · {_job(run)}"
             f"<code>{esc(' '.join(run.argv))}</code>")
+    return document(title, meta, body, "run.json by <code>clusterbench report</code>", f"<nav>{nav}</nav>")
+
+
+def document(title: str, meta_html: str, body_html: str, source_html: str, nav_html: str = "") -> str:
+    """A self-contained page of clusterbench's: its header, the body, and a footer naming what it was rendered from."""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{esc(title)}</title>
 <style>{CSS}</style></head>
-<body><header class="top"><h1>{esc(title)}</h1><div class="meta">{meta}</div><nav>{nav}</nav></header>
-<main>{body}<footer>Rendered from run.json by <code>clusterbench report</code>.
+<body><header class="top"><h1>{esc(title)}</h1><div class="meta">{meta_html}</div>{nav_html}</header>
+<main>{body_html}<footer>Rendered from {source_html}.
 Every formula and rule: docs/methodology.md of clusterbench.</footer></main></body></html>
 """
 

@@ -23,6 +23,7 @@ from typing import Any
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.inputs import documents as inputs
 from clusterbench.results import codec
+from clusterbench.results.fleet import Band
 from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1, upgrade_v2, upgrade_v3, upgrade_v4
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
@@ -72,6 +73,11 @@ class Baseline:
     metrics: dict[str, MetricStats]
     kind: str = "clusterbench-baseline"
     schema_version: int = 1
+    # From the results store (baseline --from-store): the one hardware class it stands for, and each
+    # node figure's band over that class's healthy nodes, which `fleet --baseline` and `check` judge by.
+    klass: str | None = None
+    bands: list[Band] = field(default_factory=list)
+    source: str | None = None  # the store and the period it was built from
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import time
+import uuid
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ class RunFolder:
     def __init__(self, path: Path, command: str, argv: list[str]) -> None:
         self.path = Path(path)  # claim() proved it writable before any rank started
         self.path.mkdir(parents=True, exist_ok=True)
-        self.run = Run(command=command, argv=list(argv), started_utc=documents.utc_stamp(),
+        self.run = Run(command=command, argv=list(argv), uid=uuid.uuid4().hex, started_utc=documents.utc_stamp(),
                        env=Env(hostname=socket.gethostname()))
         self._unsaved: set[str] = set()
         self._saved_at = 0.0

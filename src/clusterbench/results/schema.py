@@ -284,6 +284,7 @@ class Run:
     version: str = __version__
     command: str = ""
     argv: list[str] = field(default_factory=list)
+    uid: str = ""  # this run, wherever its folder is copied: what the results store knows it by
     started_utc: str = ""
     finished_utc: str | None = None
     status: Status = "running"

@@ -5,19 +5,19 @@ ones named and proven, the exclude list out. In `run` across several nodes it ru
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import fleet as conclusion
+from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
 from clusterbench.fleet import actions
 from clusterbench.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.report.blocks import Part
 from clusterbench.results.fleet import Band
-from clusterbench.results.folder import load_run
 from clusterbench.results.schema import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Context, NotRun, Stage
@@ -49,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also an all_reduce across every node (one rank each); where it falls short of the pairs, "
                         "halve the fleet to find the smallest set of nodes that explains it")
     p.add_argument("--baseline", type=Path, metavar="RUN",
-                   help="judge the nodes by the bands of an earlier fleet run (its folder or run.json) of "
-                        "this hardware class, not by this fleet's own")
+                   help="judge the nodes by the bands of an earlier fleet run (its folder or run.json), or of a "
+                        "baseline from the store (baseline --from-store), of this hardware class, not by this "
+                        "fleet's own")
     p.add_argument("--exclude-out", type=Path, metavar="FILE", help="write the excluded nodes there, one per line")
     p.add_argument("--drain", action="store_true", help="under Slurm: drain the excluded nodes with scontrol")
     p.add_argument("--dry-run", action="store_true", help="with --drain: print the scontrol commands, run none")
@@ -78,16 +79,15 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
 
 
 def _baseline(path: Path, shape: JobShape) -> list[Band]:
-    """The bands of an earlier fleet run, refused unless they are of this node's hardware class."""
-    run = load_run(path)
-    if run.fleet is None or not run.fleet.bands:
-        raise UsageError(f"--baseline {path}: that run holds no fleet bands (make one with clusterbench fleet)")
+    """The bands of an earlier fleet run or a baseline from the store, refused unless they are of this
+    node's hardware class."""
+    found = bands_of(path, "--baseline")
     mine = this_class(shape)
-    theirs = sorted({b.klass for b in run.fleet.bands})
+    theirs = sorted({b.klass for b in found})
     if mine not in theirs:
         raise UsageError(f"--baseline {path}: its bands are of {', '.join(theirs)}, and this node is {mine}: "
                          "a baseline of another hardware class cannot judge it")
-    return [replace(b, source=f"baseline {path}") for b in run.fleet.bands if b.klass == mine]
+    return [b for b in found if b.klass == mine]
 
 
 def this_class(shape: JobShape) -> str:

@@ -1,0 +1,275 @@
+"""`clusterbench check`: this node's health check within a time budget, the way Slurm runs one
+(docs/methodology.md §20). Healthy: exit 0 and one line on stdout. Not: exit 1 and one line on
+stderr, the reason. Fit for Slurm's HealthCheckProgram, Prolog and Epilog; --drain-on-fail drains
+this node with the reason, --resume-on-pass resumes it where a check had drained it.
+
+The checks run in a child process that this one watches: at the deadline the child is killed,
+whatever it is stuck in (a hung GPU can hold a thread, and Python's signal handlers, as long as it
+likes), and the failure is said all the same. It keeps no run folder (a check every few minutes
+must not litter); like any run, it is recorded in the results store and exported where asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shlex
+import signal
+import socket
+import sys
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterbench import args as argtypes
+from clusterbench import publish
+from clusterbench.analyse.baseline import bands_of
+from clusterbench.command import ToolCommand
+from clusterbench.errors import EXIT_FAILED, EXIT_OK, RunFailed, UsageError, one_line
+from clusterbench.fleet import actions
+from clusterbench.results.documents import utc_stamp
+from clusterbench.results.fleet import Band
+from clusterbench.store.record import Figure, RunRecord
+
+# Slurm kills a HealthCheckProgram after 60 s: a check that has not finished by 50 s still has
+# the time to say why and to drain its node.
+BUDGET_S = 50.0
+MAX_BUDGET_S = 3600.0  # beyond an hour it is no quick check, and a typo more likely than a plan
+SCONTROL_TIMEOUT_S = 10.0  # scontrol's own MessageTimeout: a slurmctld that slow will not answer a retry either
+DEBUG_ENV = "CLUSTERBENCH_DEBUG"
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    budget: float
+    gpus: int | None
+    bands: list[Band] | None  # from --baseline; None: no baseline judges the figures
+    tolerance: float
+    numerics_steps: int
+    node: str
+    drain: bool
+    resume: bool
+    dry_run: bool
+    verbose: bool
+    outputs: publish.Outputs
+
+
+@dataclass
+class Outcome:
+    """What the checks told the watcher, as they went."""
+
+    running: str = "loading torch"
+    what: str = ""
+    klass: str = ""
+    figures: dict[tuple[str, str], float] = field(default_factory=dict)  # (device, metric): the last value
+    checks: int = 0
+    done: bool = False
+    reason: str | None = None  # None: healthy
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=argtypes.real(0.0, maximum=MAX_BUDGET_S), default=BUDGET_S, metavar="SECONDS",
+                   help=f"seconds every check together may take; past them the check fails, saying which check "
+                        f"was still running (default {BUDGET_S:g}: Slurm kills a HealthCheckProgram at 60)")
+    p.add_argument("--gpus", type=argtypes.whole(0, 1024),
+                   help="GPUs torch must see here (default: not checked; give it on GPU nodes, where a GPU "
+                        "lost from the bus, or a driver that fails, shows only as fewer GPUs or none)")
+    p.add_argument("--baseline", type=Path, metavar="RUN",
+                   help="judge the figures by the bands of this node's hardware class in a fleet run (its folder "
+                        "or run.json), or in a baseline from the store (baseline --from-store)")
+    p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False, maximum=1.0), default=0.1,
+                   help="with --baseline: a figure is out when this far below its band's median, and 4 robust "
+                        "spreads or half the median (default 0.1, as clusterbench fleet)")
+    p.add_argument("--numerics-steps", dest="numerics_steps", type=argtypes.whole(0, 100), default=4,
+                   help="steps of the numerics task each device trains; 0: none (default 4)")
+    p.add_argument("--node", help="this node's name in Slurm (default: SLURMD_NODENAME, else the short host name)")
+    p.add_argument("--drain-on-fail", dest="drain", action="store_true",
+                   help="on failure, drain this node with scontrol, the reason beginning 'clusterbench check:'")
+    p.add_argument("--resume-on-pass", dest="resume", action="store_true",
+                   help="on a pass, resume this node if a check had drained it (a node drained for any other "
+                        "reason stays drained)")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="print the scontrol commands instead of running them")
+    p.add_argument("-v", "--verbose", action="store_true", help="print each check and figure as it comes")
+    publish.add_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    started, started_utc = time.monotonic(), utc_stamp()
+    options = prepare(args)
+    outcome = watch(options, started + options.budget)
+    code = conclude(options, outcome, time.monotonic() - started)
+    publish.publish(record_of(options, outcome, started_utc), options.outputs, say=None)
+    return code
+
+
+def prepare(args: argparse.Namespace) -> CheckOptions:
+    """Every option checked before anything is measured: a broken health check is a usage error, not a sick node."""
+    if args.dry_run and not (args.drain or args.resume):
+        raise UsageError("--dry-run prints the scontrol commands of --drain-on-fail and --resume-on-pass: add one")
+    if not args.dry_run:
+        for flag, given in (("--drain-on-fail", args.drain), ("--resume-on-pass", args.resume)):
+            if given:
+                actions.check_scontrol(flag)
+    node = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    # Every band, of any class: which class this node is, the checks find out.
+    bands = bands_of(args.baseline, "--baseline") if args.baseline else None
+    return CheckOptions(args.budget, args.gpus, bands, args.tolerance, args.numerics_steps, node, args.drain,
+                        args.resume, args.dry_run, args.verbose, publish.outputs_of(args))
+
+
+def watch(options: CheckOptions, deadline: float) -> Outcome:
+    """The checks, run by a child, followed to their end or killed at `deadline` (time.monotonic())."""
+    outcome = Outcome()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()  # no torch in this process yet, and no thread: a clean fork
+    if pid == 0:
+        os.close(read_end)
+        try:
+            _checks(options, deadline, write_end)
+        finally:
+            os._exit(0)  # never back into the command line: the watcher speaks for both
+    os.close(write_end)
+    pending = b""
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                outcome.reason = (f"did not finish within --budget {options.budget:g} s ({outcome.running} was "
+                                  "still running)")
+                break
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                _take(outcome, *json.loads(line), verbose=options.verbose)
+    finally:
+        # Past the deadline, or this process interrupted: the child goes too. After its last word it is
+        # exiting already, and a signal to it changes nothing.
+        os.kill(pid, signal.SIGKILL)
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+    if outcome.reason is None and not outcome.done:
+        outcome.reason = f"the checks ended without a verdict while {outcome.running} ran ({_how(status)})"
+    return outcome
+
+
+def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
+    """The child's part: every check, each step told to the watcher through `fd`."""
+    def tell(kind: str, value: Any) -> None:
+        os.write(fd, (json.dumps([kind, value]) + "\n").encode())
+
+    debug = bool(os.environ.get(DEBUG_ENV))
+    if not debug:
+        # Warnings and C libraries' own lines (torch, CUDA, NCCL) would break the one-line contract.
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+    try:
+        from clusterbench.fleet import health  # torch: loaded here, so the budget covers it
+
+        try:
+            tell("passed", health.run(options.gpus, options.bands, options.tolerance, options.numerics_steps,
+                                      deadline, tell))
+        except health.Unhealthy as e:
+            tell("failed", str(e))
+    except Exception as e:  # noqa: BLE001 - a device that errors out fails its check: the error is the reason
+        if debug:
+            traceback.print_exc()
+        tell("failed", one_line(e))
+
+
+def _take(outcome: Outcome, kind: str, value: Any, verbose: bool) -> None:
+    if kind == "check":
+        outcome.running = f"the {value} check"
+    elif kind == "node":
+        outcome.what, outcome.klass = value
+        if verbose:
+            print(f"# {outcome.what}: {outcome.klass}", flush=True)
+    elif kind == "figure":
+        device, metric, figure, again = value
+        outcome.figures[(device, metric)] = figure
+        if verbose:
+            print(f"  {device} {metric} {figure:.4g}{' (measured again)' if again else ''}", flush=True)
+    elif kind == "passed":
+        outcome.done, outcome.checks = True, value
+    elif kind == "failed":
+        outcome.done, outcome.reason = True, value
+
+
+def _how(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+
+
+def conclude(options: CheckOptions, outcome: Outcome, seconds: float) -> int:
+    """The one line, this node drained or resumed as asked, and the exit code."""
+    if outcome.reason is None:
+        line = f"clusterbench check: healthy: {options.node} ({outcome.what}, {outcome.checks} checks, {seconds:.1f} s)"
+        try:
+            line += _resume(options) if options.resume else ""
+        except RunFailed as e:
+            print(f"{line}, but resuming it failed: {e}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        print(line, flush=True)
+        return EXIT_OK
+    line = f"clusterbench check: {options.node}: {outcome.reason}"
+    if options.drain:
+        try:
+            line += _drain(options, outcome.reason)
+        except RunFailed as e:
+            line += f"; draining it failed: {e}"
+    print(line, file=sys.stderr, flush=True)
+    return EXIT_FAILED
+
+
+def _drain(options: CheckOptions, reason: str) -> str:
+    argv = actions.drain_command(options.node, f"{actions.CHECK_REASON} {reason}")
+    if options.dry_run:
+        print(f"would run: {shlex.join(argv)}", flush=True)
+        return ""
+    held = actions.drain_reason(options.node, SCONTROL_TIMEOUT_S)
+    if held is not None and not held.startswith(actions.CHECK_REASON):
+        # Ours would replace the admin's reason, and a later pass would then resume their node.
+        return f"; left drained as it was ({held or 'no reason given'})"
+    actions.scontrol(argv, SCONTROL_TIMEOUT_S)
+    return "; drained"
+
+
+def _resume(options: CheckOptions) -> str:
+    argv = actions.resume_command(options.node)
+    if options.dry_run:
+        print(f"would run, if Slurm holds it drained by a check: {shlex.join(argv)}", flush=True)
+        return ""
+    held = actions.drain_reason(options.node, SCONTROL_TIMEOUT_S)
+    if held is None:
+        return ""
+    if not held.startswith(actions.CHECK_REASON):
+        return f"; stays drained, for another reason than a check's ({held or 'no reason given'})"
+    actions.scontrol(argv, SCONTROL_TIMEOUT_S)
+    return "; resumed: a check had drained it"
+
+
+def record_of(options: CheckOptions, outcome: Outcome, started_utc: str) -> RunRecord:
+    """The check as the results store keeps it: each device's figures under this node, and its verdict."""
+    verdict = "PASS" if outcome.reason is None else "FAIL"
+    klass = outcome.klass or "?"
+    figures = [Figure(options.node, device, f"check.{metric}", value, klass)
+               for (device, metric), value in sorted(outcome.figures.items())]
+    return RunRecord(uuid.uuid4().hex, "check", started_utc, utc_stamp(), "complete" if outcome.done else "failed",
+                     verdict, socket.gethostname(), None, figures, {options.node: verdict}, outcome.reason,
+                     {options.node: klass} if outcome.klass else {})
+
+
+COMMAND = ToolCommand(
+    "check", "this node's health check within a time budget, for Slurm's HealthCheckProgram, Prolog or Epilog",
+    add_arguments, run,
+)

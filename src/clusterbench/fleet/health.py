@@ -1,0 +1,173 @@
+"""A node's own health checks (docs/methodology.md §20), in order: its devices are there and sound, each
+measures what a fleet run measured of its hardware class, and each trains the numerics task to finite
+losses, on a node of several devices the same bit for bit. A check that fails raises Unhealthy with the
+reason in one line. The figures are measured as the fleet's node-local phase measures them, so that a
+fleet run's bands can judge them."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clusterbench.analyse import agreement, bands
+from clusterbench.analyse.fleet import node_class
+from clusterbench.devices import device_name
+from clusterbench.fleet import numerics
+from clusterbench.fleet.local import MATMUL_N
+from clusterbench.hw import nvml, peaks
+from clusterbench.hw.host import cpu
+from clusterbench.results.fleet import Band, Numerics
+
+PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
+# The peaks of all devices may take at most this share of the time left, measured again included: the
+# numerics task and the slack before the deadline need the rest.
+PEAK_SHARE = 0.25
+MIN_PEAK_SECONDS = 0.02
+# NVML's C enum values (a stable ABI), literal as in telemetry/gpu.py.
+_ECC_UNCORRECTED, _ECC_VOLATILE = 1, 0
+
+# What the checks tell their watcher as they go: ("check", name), ("node", (what, klass)),
+# ("figure", (device, metric, value, measured_again)).
+Tell = Callable[[str, Any], None]
+
+
+class Unhealthy(Exception):
+    """A check failed; the message is its reason, one line."""
+
+
+@dataclass(frozen=True)
+class Device:
+    device: torch.device
+    name: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} ({self.name})"
+
+
+@dataclass(frozen=True)
+class Node:
+    devices: list[Device]
+    klass: str  # as the fleet names this node's hardware class
+    what: str  # its devices in a few words: "cpu", "8 x NVIDIA H100 80GB HBM3"
+
+
+def run(gpus: int | None, baseline: list[Band] | None, tolerance: float, steps: int, deadline: float,
+        tell: Tell) -> int:
+    """Every check, in order, within `deadline` (time.monotonic()); how many passed. Raises Unhealthy."""
+    tell("check", "devices")
+    node = devices(gpus)
+    tell("node", (node.what, node.klass))
+    mine = None if baseline is None else bands_of(node, baseline)
+    tell("check", "peaks")
+    left = deadline - time.monotonic()
+    seconds = max(MIN_PEAK_SECONDS, min(PEAK_SECONDS, PEAK_SHARE * left / (4 * len(node.devices))))
+    found = {d.label: measure(d, seconds, tell) for d in node.devices}
+    checks = 2
+    if steps:
+        tell("check", "numerics")
+        vote(node, steps)
+        checks += 1
+    if mine is not None:
+        tell("check", "baseline")
+        judge(node, found, mine, tolerance, lambda d: measure(d, seconds, tell, again=True))
+        checks += 1
+    return checks
+
+
+def devices(gpus: int | None) -> Node:
+    """This node's devices: every GPU torch sees, else the CPU; `gpus`, when given, is how many it must see."""
+    cores = cpu().logical_cores
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus is not None and count != gpus:
+        raise Unhealthy(f"torch sees {count} GPU{'' if count == 1 else 's'}, and --gpus {gpus} were expected")
+    if not count:
+        dev = torch.device("cpu")
+        name = device_name(dev)
+        return Node([Device(dev, name)], node_class(name, 0, cores), "cpu")
+    found = [Device(torch.device("cuda", i), torch.cuda.get_device_name(i)) for i in range(count)]
+    for d in found:
+        faults = nvml_faults(str(torch.cuda.get_device_properties(d.device).uuid))
+        if faults:
+            raise Unhealthy(f"{d.label}: {'; '.join(faults)}")
+    return Node(found, node_class(found[0].name, count, cores), f"{count} x {found[0].name}")
+
+
+def nvml_faults(uuid: str) -> list[str]:
+    """What NVML says is wrong with the memory of the GPU torch calls `uuid`, each needing a reset at
+    least; nothing where NVML cannot tell."""
+    with nvml.session() as (lib, _):
+        if lib is None:  # the figures and the numerics still judge the device
+            return []
+        handle = nvml.handle_of(lib, uuid)
+        ecc = nvml.call(lib, "nvmlDeviceGetTotalEccErrors", handle, _ECC_UNCORRECTED, _ECC_VOLATILE)
+        pending = nvml.call(lib, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        rows = nvml.call(lib, "nvmlDeviceGetRemappedRows", handle)  # (corrected, uncorrected, pending, failed)
+    faults = [f"{ecc} uncorrectable ECC errors since the driver loaded"] if ecc else []
+    faults += ["retired pages pending a reset"] if pending else []
+    if rows is not None and rows[3]:
+        faults.append("a row remap failed: the memory has no spare rows left")
+    elif rows is not None and rows[2]:
+        faults.append("row remaps pending a reset")
+    return faults
+
+
+def bands_of(node: Node, baseline: list[Band]) -> list[Band]:
+    """The baseline's bands of this node's class; a node of another class fails (a GPU lost shows as one)."""
+    mine = [b for b in baseline if b.klass == node.klass]
+    if not mine:
+        theirs = ", ".join(sorted({b.klass for b in baseline}))
+        raise Unhealthy(f"this node is {node.klass}, and the baseline's bands are of {theirs}")
+    return mine
+
+
+def measure(d: Device, seconds: float, tell: Tell, again: bool = False) -> dict[str, float]:
+    """The device's matmul TFLOP/s and copy GB/s, as the fleet's node-local phase measures them."""
+    dtype = "bfloat16" if d.device.type == "cuda" else "float32"
+    peak = peaks.measure_device(str(d.device), d.name, [dtype], MATMUL_N.get(d.device.type), seconds)
+    figures = {"matmul_tflops": peak.matmul[0].tflops, "copy_gbps": peak.copy.gbps}
+    for metric, value in figures.items():
+        tell("figure", (d.label, metric, value, again))
+    return figures
+
+
+def vote(node: Node, steps: int) -> None:
+    """Each device trains the numerics task: every loss finite, and the devices agree bit for bit."""
+    judge_numerics([Numerics(i, "", d.label, numerics.losses(d.device, i, steps)) for i, d in enumerate(node.devices)],
+                   node.klass)
+
+
+def judge_numerics(runs: list[Numerics], klass: str) -> None:
+    """The losses of each device of one node (of class `klass`): all finite, and the same bit for bit."""
+    for r in runs:
+        bad = next((step for step, loss in enumerate(r.losses, 1) if not math.isfinite(loss)), None)
+        if bad is not None:
+            raise Unhealthy(f"numerics: {r.device} trains the numerics task to a loss of {r.losses[bad - 1]} "
+                            f"at step {bad}")
+    odd, unsettled = agreement.divergences(runs, {"": klass})
+    if odd:
+        d = odd[0]
+        raise Unhealthy(f"numerics: {d.device} leaves the majority ({d.majority} of {d.voters} devices) at step "
+                        f"{d.step} of the numerics task: {d.loss!r} against {d.majority_loss!r}")
+    if unsettled:
+        raise Unhealthy(next(iter(unsettled.values())))
+
+
+def judge(node: Node, found: dict[str, dict[str, float]], mine: list[Band], tolerance: float,
+          again: Callable[[Device], dict[str, float]]) -> None:
+    """Each device's figures against its class's bands, as the fleet judges a node's: a figure out of its
+    band is measured once more, and fails only when it is out again (one noisy sample drains no node)."""
+    band_of = {b.metric: b for b in mine}
+    probes = {label: (node.klass, figures) for label, figures in found.items()}
+    for label, metrics in bands.outliers(probes, mine, tolerance).items():
+        second = again(next(d for d in node.devices if d.label == label))
+        for metric in metrics:
+            band = band_of[metric]
+            if bands.out_of(band, second[metric], tolerance):
+                raise Unhealthy(f"{label}: {bands.reason(metric, found[label][metric], band)}; "
+                                f"{second[metric]:.3g} measured again")

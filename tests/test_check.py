@@ -1,0 +1,140 @@
+"""`clusterbench check`, a node's health check as Slurm runs one: exit 0 and one line on stdout when the
+node is healthy; exit 1 and one line on stderr, the reason, when it is not, and within its budget however
+the checks fare; one-line usage errors for a check that cannot run as asked. Slurm itself draining and
+resuming nodes through the check: test_check_slurm.py."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, run_cli, run_side_by_side
+from fake_nvml import four_h100
+
+from clusterbench.results.fleet import Band, Fleet
+from clusterbench.results.folder import save_run
+from clusterbench.results.schema import Run
+
+OTHER_CLASS = "NVIDIA H100 80GB HBM3 x8"
+HEALTHY = r"clusterbench check: healthy: n1 \((cpu|\d+ x [^,]+), (\d) checks, \d+\.\d s\)"
+
+
+def this_class() -> str:
+    """This machine's hardware class, as the check names it."""
+    from clusterbench.fleet import health  # torch: only in the tests that need a baseline
+
+    return health.devices(None).klass
+
+
+def write_baseline(folder: Path, klass: str, bands: dict[str, float], spread: float = 0.0, nodes: int = 10) -> Path:
+    """A fleet run whose bands of `klass` have these medians (metric: median), as `clusterbench fleet` leaves one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fleet = Fleet(bands=[Band(klass, metric, median, spread * median, nodes) for metric, median in bands.items()])
+    save_run(folder, Run(command="fleet", status="complete", fleet=fleet))
+    return folder
+
+
+def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
+    klass = this_class()
+    low = write_baseline(tmp_path / "low", klass, {"matmul_tflops": 1e-9, "copy_gbps": 1e-9})
+    high = write_baseline(tmp_path / "high", klass, {"matmul_tflops": 1e9})
+    other = write_baseline(tmp_path / "other", OTHER_CLASS, {"matmul_tflops": 700.0})
+    store = tmp_path / "results.db"
+    quick = ["--node", "n1", "--numerics-steps", "0", "--store", "off"]
+    done = run_side_by_side({
+        "pass": ["check", "--node", "n1", "--numerics-steps", "2", "--baseline", str(low), "--store", str(store)],
+        "band": ["check", *quick, "-v", "--baseline", str(high / "run.json"), "--drain-on-fail", "--dry-run"],
+        "class": ["check", *quick, "--baseline", str(other)],
+        "gpus": ["check", *quick, "--gpus", "1000"],
+    }, timeout=120)
+
+    healthy = done["pass"]
+    assert healthy.returncode == 0 and healthy.stderr == "", healthy.stderr
+    assert re.fullmatch(HEALTHY, healthy.stdout.strip()), healthy.stdout
+    assert re.fullmatch(HEALTHY, healthy.stdout.strip())[2] == "4"  # devices, peaks, numerics, baseline
+    # Recorded in the results store: each device's figures under the node, with its verdict.
+    history = run_cli("history", "--store", str(store), "--node", "n1", "--metric", "check.matmul_tflops")
+    assert history.returncode == 0 and re.search(r"check +check\.matmul_tflops .* PASS", history.stdout), history
+
+    band = done["band"]
+    err = assert_one_line_error(band, 1, "clusterbench check: n1: ", "matmul TFLOP/s", "measured again")
+    assert f"of 10 {klass} nodes (baseline {high / 'run.json'})" in err
+    # Measured twice, both printed with -v, before the drain it would run.
+    assert len([line for line in band.stdout.splitlines() if "matmul_tflops" in line]) == 2, band.stdout
+    assert band.stdout.splitlines()[-1].startswith(
+        "would run: scontrol update nodename=n1 state=drain 'reason=clusterbench check: "), band.stdout
+    assert_one_line_error(done["class"], 1, f"this node is {klass}", OTHER_CLASS)
+    assert_one_line_error(done["gpus"], 1, "--gpus 1000 were expected")
+
+
+def test_a_check_past_its_budget_fails_at_the_budget(tmp_path: Path) -> None:
+    started = time.monotonic()
+    late = run_cli("check", "--budget", "1", "--node", "n1", "--store", "off", timeout=60)
+    took = time.monotonic() - started
+    err = assert_one_line_error(late, 1, "clusterbench check: n1: did not finish within --budget 1 s")
+    assert "was still running" in err
+    assert took < 1 + 5, took  # the budget, and the interpreter's start: not the checks' own time
+
+
+def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    save_run(tmp_path / "empty", Run(command="peak", status="complete"))
+    cases = {
+        "budget 0": ["check", "--budget", "0"],
+        "budget absurd": ["check", "--budget", "1e9"],
+        "no baseline": ["check", "--baseline", str(tmp_path / "nowhere")],
+        "no bands": ["check", "--baseline", str(tmp_path / "empty")],
+        "dry run alone": ["check", "--dry-run"],
+    }
+    done = run_side_by_side(cases, timeout=60)
+    assert_one_line_error(done["budget 0"], 2, "--budget", "greater than 0")
+    assert_one_line_error(done["budget absurd"], 2, "--budget", "at most 3600")
+    assert_one_line_error(done["no baseline"], 2, "no run found", "nowhere")
+    assert_one_line_error(done["no bands"], 2, "holds no fleet bands")
+    assert_one_line_error(done["dry run alone"], 2, "--dry-run", "--drain-on-fail")
+    # A health check runs outside any job: no SLURM_JOB_ID is asked for, only scontrol to act with.
+    for flag in ("--drain-on-fail", "--resume-on-pass"):
+        blind = run_cli("check", flag, env={"PATH": str(tmp_path)}, timeout=60)
+        assert_one_line_error(blind, 2, flag, "scontrol is not on PATH")
+
+
+def test_nvml_names_each_memory_fault_that_needs_a_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU side of the devices check, on a fake NVML: no GPU here to read it from."""
+    from clusterbench.fleet import health  # torch
+    from clusterbench.hw import nvml
+
+    fake = four_h100()
+    monkeypatch.setattr(nvml, "load", lambda: fake)
+    uuid = "00000001-0000-0000-0000-000000000000"  # GPU 1, as torch names it
+    assert health.nvml_faults(uuid) == []  # and this fake NVML cannot tell retired pages or remapped rows
+    fake.ecc[1] = [5, 2]  # corrected errors are the memory doing its job: only uncorrectable ones count
+    fake.nvmlDeviceGetRetiredPagesPendingStatus = lambda h: int(h == 1)
+    # (corrected, uncorrected, pending, failed)
+    fake.nvmlDeviceGetRemappedRows = lambda h: (3, 1, 1, 0) if h == 1 else (0, 0, 0, 0)
+    assert health.nvml_faults(uuid) == ["2 uncorrectable ECC errors since the driver loaded",
+                                        "retired pages pending a reset", "row remaps pending a reset"]
+    fake.nvmlDeviceGetRemappedRows = lambda h: (3, 9, 0, 1) if h == 1 else (0, 0, 0, 0)
+    assert health.nvml_faults(uuid)[-1] == "a row remap failed: the memory has no spare rows left"
+    assert health.nvml_faults("00000002-0000-0000-0000-000000000000") == []  # its neighbour is fine
+
+
+def test_the_devices_of_a_node_vote_on_the_numerics() -> None:
+    """Several devices, as a GPU node has, each device's losses of the numerics task as it trained them."""
+    from clusterbench.fleet import health  # torch
+    from clusterbench.results.fleet import Numerics
+
+    def runs(*losses: list[float]) -> list[Numerics]:
+        return [Numerics(i, "", f"cuda:{i} (GPU)", list(of)) for i, of in enumerate(losses)]
+
+    good, drifted = [8.25, 8.0], [8.25, 8.000001]
+    health.judge_numerics(runs(good, good, good), "k")
+    with pytest.raises(health.Unhealthy, match=r"^numerics: cuda:1 \(GPU\) leaves the majority \(2 of 3 devices\) "
+                                               r"at step 2 of the numerics task: 8\.000001 against 8\.0$"):
+        health.judge_numerics(runs(good, drifted, good), "k")
+    with pytest.raises(health.Unhealthy, match="the 2 devices of k disagree on the numerics task"):
+        health.judge_numerics(runs(good, drifted), "k")
+    with pytest.raises(health.Unhealthy, match=r"cuda:0 \(GPU\) trains the numerics task to a loss of nan at step 2"):
+        health.judge_numerics(runs([8.25, math.nan]), "k")
