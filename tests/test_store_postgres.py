@@ -194,10 +194,9 @@ def test_wrong_credentials_are_one_line_without_the_password(pg: PgServer, tmp_p
 
 def test_a_run_outlives_a_store_that_refuses_it(pg: PgServer, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = run_cli("comm", "--nproc", "2", "-e", "64K", *FAST, "--out", str(out),
-                   "--store", pg.url(password="not-the-password"))
+    proc = run_cli("info", "--out", str(out), "--store", pg.url(password="not-the-password"))
     assert proc.returncode == 0, proc.stderr
-    assert read_run(out)["status"] == "complete" and (out / "comm.csv").is_file()
+    assert read_run(out)["status"] == "complete"
     (line,) = proc.stderr.strip().splitlines()  # one line, about the store
     assert line.startswith(f"clusterbench: store postgresql://{pg.user}@127.0.0.1:{pg.port}/postgres: "), line
     assert "password authentication failed" in line and line.endswith("(the run's own results are kept)"), line
@@ -211,7 +210,7 @@ def test_an_unreachable_server_is_one_line_quickly(pg: PgServer) -> None:
     took = time.monotonic() - started
     err = assert_one_line_error(proc, 1, f"127.0.0.1:{nobody}")
     assert pg.password not in err
-    assert took < 10, f"{took:.1f} s"
+    assert took < 30, f"{took:.1f} s"  # refused at once, or given up after the 10 s connect timeout: no hang
 
 
 def test_a_newer_schema_is_refused_and_left_as_it_is(pg: PgServer, comm_run) -> None:

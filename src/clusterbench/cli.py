@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from clusterbench import __version__, launchers
+from clusterbench import __version__, launchers, publish
 from clusterbench.command import Command, RankCommand, ToolCommand
 from clusterbench.commands import (
     align,
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(command: Command, args: argparse.Namespace) -> int:
     if isinstance(command, RankCommand):
         launchers.detect()  # a seat that cannot exist is refused before torch takes seconds to load
+        publish.outputs_of(args)  # and so is a store of an unknown kind, or a textfile nobody would read
         from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
 
         return run_ranks(command, args)
