@@ -15,9 +15,7 @@ from clusterbench.analyse.fleet import node_class
 from clusterbench.registry import metrics_of
 from clusterbench.results.hardware import Hardware
 from clusterbench.results.schema import Run
-from clusterbench.store.record import Figure, RunRecord
-
-NODE_PREFIX = "node."
+from clusterbench.store.record import NODE_PREFIX, Figure, RunRecord
 
 
 def hardware_class(hardware: Hardware | None) -> str:

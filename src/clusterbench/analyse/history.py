@@ -17,8 +17,8 @@ from clusterbench.analyse.rules import Rule, evaluate, load_rules
 from clusterbench.results.documents import Baseline, MetricStats
 from clusterbench.results.fleet import Band
 from clusterbench.store.history import DAY_S, Daily, Point, Stats
+from clusterbench.store.record import NODE_PREFIX
 
-NODE_PREFIX = "node."
 WINDOW = 5  # a node's own recent median: over its last 5 figures before the latest
 MIN_OWN = 3  # fewer earlier figures than this, and a node has no recent median to fall from
 

@@ -8,6 +8,8 @@ import calendar
 import time
 from dataclasses import dataclass, field
 
+NODE_PREFIX = "node."  # a fleet's figures of each node, as the store names them: node.matmul_tflops
+
 
 @dataclass(frozen=True)
 class Figure:
