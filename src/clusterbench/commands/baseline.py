@@ -60,8 +60,7 @@ def _from_store(args: argparse.Namespace) -> Baseline:
     store = open_store(where, create=False)
     try:
         with store.reading() as conn:
-            classes = [k for k, _ in history.summary(conn).classes]
-            klass = _class(args.klass, classes)
+            klass = _class(args.klass, history.classes(conn))
             stats = history.healthy_stats(conn, klass, since_s)
             values = history.healthy_values(conn, klass, since_s, analysis.band_metrics())
     finally:

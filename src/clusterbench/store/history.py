@@ -103,17 +103,22 @@ class Summary(NamedTuple):
     classes: list[tuple[str, int]]  # each hardware class and how many nodes of it
 
 
+def classes(conn: Connection) -> list[str]:
+    """The hardware classes the store knows nodes of."""
+    return _distinct(conn, nodes.c.klass)
+
+
 def summary(conn: Connection) -> Summary:
     count, first, last = conn.execute(select(func.count(runs.c.id), func.min(runs.c.started_utc),
                                              func.max(runs.c.started_utc))).one()
     n_figures = conn.execute(select(func.count()).select_from(figures)).scalar_one()
-    classes = []
+    per_class = []
     every: set[str] = set()
-    for klass in _distinct(conn, nodes.c.klass):
+    for klass in classes(conn):
         names = _distinct(conn, nodes.c.node, nodes.c.klass == klass)
-        classes.append((klass, len(names)))
+        per_class.append((klass, len(names)))
         every.update(names)
-    return Summary(count, len(every), n_figures, first, last, classes)
+    return Summary(count, len(every), n_figures, first, last, per_class)
 
 
 def _healthy(query: Select, klass: str, since_s: float) -> Select:
