@@ -57,8 +57,8 @@ def test_every_fixture_gives_a_picture(log: Path) -> None:
     assert proc.stdout.startswith("NCCL ") and "== findings" in proc.stdout
     if "  PASS " in proc.stdout or "  WARN " in proc.stdout or "  FAIL " in proc.stdout:
         assert proc.returncode == (1 if "  FAIL " in proc.stdout else 0), proc.stderr
-    else:  # a log with no network link: the picture, and no verdict over nothing
-        assert_one_line_error(proc, 2, "nothing judged: the log shows no network link")
+    else:  # a log with no traffic between nodes: the picture, and no verdict over nothing
+        assert_one_line_error(proc, 2, "nothing judged: the log shows no")
 
 
 def test_a_run_without_nccl_or_a_missing_target_is_one_line(tmp_path: Path) -> None:
@@ -67,3 +67,39 @@ def test_a_run_without_nccl_or_a_missing_target_is_one_line(tmp_path: Path) -> N
     assert_one_line_error(run_cli("diagnose", str(tmp_path / "nothing")), 2, "no run folder or NCCL log")
     (tmp_path / "text.log").write_text("hello\n")
     assert_one_line_error(run_cli("diagnose", str(tmp_path / "text.log")), 2, "no NCCL INFO lines")
+
+
+@pytest.mark.parametrize(("log", "names"), [
+    # links between nodes over sockets, their ends placed by the log, the reasons it gives
+    ("nccl-2.4.7-aws-socket-64ranks.log", ["ip-172-31-0-119 (rank 35)", '"NET/IB : No device found."',
+                                           "ibv_devinfo", "NCCL_NET_PLUGIN"]),
+    ("nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log", ["ip-172-31-0-63 (ranks 0, 2, 3)",
+                                                        "ip-172-31-12-129 (rank 4)", "does not say why"]),
+    # one hostname for 16 ranks on 2 nodes: the peers it does not show are said to be elsewhere
+    ("nccl-2.18-ib-not-found-socket-16ranks-one-hostname.log", ["<cluster_name> (ranks 8, 15)",
+                                                                "ranks 0, 6 on hosts this log does not show"]),
+    # no link line: "Using network Socket" on two hosts
+    ("nccl-2.7.8-gcp-slurm-socket-2nodes.log", ['"Using network Socket"', "2 hosts", "No device found"]),
+])
+def test_sockets_between_nodes_warn_from_the_log_alone(log: str, names: list[str]) -> None:
+    proc = run_cli("diagnose", str(LOGS / log))
+    assert proc.returncode == 0, proc.stderr
+    (finding,) = [line for line in proc.stdout.splitlines() if "NCCL sockets" in line]
+    assert finding.split()[0] == "WARN" and "TCP sockets" in finding
+    for name in names:
+        assert name in finding, finding
+
+
+def test_the_picture_counts_ranks_as_nccl_does_and_as_the_log_shows() -> None:
+    proc = run_cli("diagnose", str(LOGS / "nccl-2.18-ib-not-found-socket-16ranks-one-hostname.log"))
+    assert ("ranks: 16 (NCCL: nRanks 16); seen in this log: ranks 8-11, 15 on <cluster_name> "
+            "(8 process(es) on 1 host(s))") in proc.stdout
+    proc = run_cli("diagnose", str(IB))
+    assert ("ranks: 16 on 2 node(s) (NCCL: nRanks 16, nNodes 2, 8 local ranks); "
+            "seen in this log: ranks 0-7 on tpgds-aihub0003") in proc.stdout
+    assert "PASS  NCCL sockets     between nodes: NET/IB/0/GDRDMA" in proc.stdout
+
+
+@pytest.mark.parametrize("log", ["nccl-2.19-2.21-l20-pcie-shm.log", "nccl-2.19-2.21-l20-pcie-p2p.log"])
+def test_a_single_node_log_does_not_warn_of_sockets(log: str) -> None:
+    assert_one_line_error(run_cli("diagnose", str(LOGS / log)), 2, "the log shows no network link")

@@ -84,7 +84,7 @@ def test_entries_that_are_no_regular_file_are_left_out_with_one_note(tmp_path: P
     monkeypatch.chdir(tmp_path)
     left = hazards(tmp_path)
     proc = diagnose(tmp_path)
-    assert_picture(proc, "ranks: 2 seen on 2 host(s)")
+    assert_picture(proc, "ranks: 2 on 2 node(s) (NCCL: nRanks 2, nNodes 2, 1 local rank)")
     (note,) = proc.stderr.splitlines()
     assert note.startswith("clusterbench: note: left out") and "a FIFO" in note and "a folder" in note
     assert sum(name in note for name in left) == 3 and "1 more" in note  # three named, the rest counted
@@ -117,21 +117,21 @@ def test_the_logs_of_twelve_jobs_are_told_apart(tmp_path: Path) -> None:
         write_job(tmp_path / "all", job)
     assert_one_line_error(diagnose(tmp_path / "all"), 2, "12 jobs", "one job's logs at a time")
     write_job(tmp_path / "one", 7)  # one job's logs alone: its picture
-    assert_picture(diagnose(tmp_path / "one"), "NCCL 2.21.5", "ranks: 2 seen on 2 host(s)")
+    assert_picture(diagnose(tmp_path / "one"), "NCCL 2.21.5", "ranks: 2 on 2 node(s) (NCCL: nRanks 2, nNodes 2, 1 local rank)")
 
 
-def test_the_twelve_fixture_logs_together_are_twelve_jobs(tmp_path: Path) -> None:
+def test_the_fixture_logs_together_are_as_many_jobs(tmp_path: Path) -> None:
     for log in FIXTURES:
         shutil.copy(log, tmp_path)
-    assert len(FIXTURES) == 12
-    assert_one_line_error(diagnose(tmp_path), 2, "12 jobs")
+    assert len(FIXTURES) == 15
+    assert_one_line_error(diagnose(tmp_path), 2, "15 jobs")
 
 
 def test_ranks_whose_communicators_chain_are_one_job(tmp_path: Path) -> None:
     # Rank 1 shares communicator A with rank 0 and B with rank 2: the three are one job.
     for rank, comms in enumerate([("0xa",), ("0xa", "0xb"), ("0xb",)]):
         (tmp_path / f"nccl.r{rank}.log").write_text(rank_log(0, rank, 3, comms))
-    assert_picture(diagnose(tmp_path), "ranks: 3 seen on 3 host(s)")
+    assert_picture(diagnose(tmp_path), "ranks: 3 on 3 node(s)", "rank 2 on job00-node2")
 
 
 def test_a_run_folders_nccl_logs_pass_the_same_boundary(tmp_path: Path, monkeypatch) -> None:
@@ -140,7 +140,7 @@ def test_a_run_folders_nccl_logs_pass_the_same_boundary(tmp_path: Path, monkeypa
     monkeypatch.chdir(run / "nccl")
     hazards(run / "nccl")
     proc = diagnose(run)
-    assert_picture(proc, "ranks: 2 seen on 2 host(s)")
+    assert_picture(proc, "ranks: 2 on 2 node(s) (NCCL: nRanks 2, nNodes 2, 1 local rank)")
     assert len(proc.stderr.splitlines()) == 1 and "a FIFO" in proc.stderr
     for log in (run / "nccl").glob("nccl.*.log"):
         log.unlink()
@@ -156,7 +156,7 @@ def test_a_run_folders_logs_that_name_no_communicator_are_the_runs(tmp_path: Pat
     run = write_run(tmp_path / "run", gpu_run_doc({}))
     for path in write_job(run / "nccl", 0):
         path.write_text("".join(line for line in path.read_text().splitlines(True) if "commId" not in line))
-    assert_picture(diagnose(run), "ranks: 2 seen on 2 host(s)")
+    assert_picture(diagnose(run), "ranks: 2 on 2 node(s) (NCCL: nRanks 2, nNodes 2, 1 local rank)")
     assert_one_line_error(diagnose(run / "nccl"), 2, "2 jobs", "name none")  # loose, they cannot be tied
 
 

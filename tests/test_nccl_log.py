@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,63 @@ def test_rank_files_merge_into_one_set_of_facts(tmp_path: Path) -> None:
     assert {p.via for p in merged.peers} == {p.via for f in alone for p in f.peers}
     assert merged.algorithms == alone[0].algorithms and alone[1].algorithms == []
     assert merged == parse("\n".join(lines))
+
+
+def hosts(f: NcclFacts) -> dict[str, tuple[list[int], int, list[int]]]:
+    return {h.host: (h.ranks, h.processes, h.launcher_ranks) for h in f.placement}
+
+
+def test_ranks_and_nodes_as_nccl_counts_them_and_as_the_log_shows_them() -> None:
+    f = facts("nccl-2.27.5-roce-pxn-tuning.log")  # nRanks 16 nNodes 2 localRanks 8, both hosts' lines
+    assert (f.nranks, f.nodes, f.local_ranks) == (16, 2, [8])
+    assert {h: r for h, (r, _, _) in hosts(f).items()} == {"tpgds-aihub0007": list(range(8)),
+                                                          "tpgds-aihub0008": list(range(8, 16))}
+    # The hostname replaced on every line: NCCL's count (Init's nranks) beside the 8 processes one host shows.
+    one = facts("nccl-2.18-ib-not-found-socket-16ranks-one-hostname.log")
+    assert (one.nranks, one.nodes) == (16, None)
+    assert hosts(one) == {"<cluster_name>": ([8, 9, 10, 11, 15], 8, [])}
+    assert facts("nccl-2.7.8-gcp-slurm-socket-2nodes.log").nranks == 2  # only its ring "0 1" counts them
+
+
+def test_launcher_tags_name_each_process_rank() -> None:
+    ompi = facts("nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log")  # "[1,n]<stdout>:" of Open MPI
+    assert hosts(ompi) == {"ip-172-31-0-63": ([0, 1, 2, 3], 4, [0, 1, 2, 3]),
+                           "ip-172-31-12-129": ([4, 5, 6, 7], 4, [4, 5, 6, 7])}
+    mpich = facts("nccl-2.17-2.18-socket-shm-mpirun-tagged.log")  # "[n] "
+    assert hosts(mpich) == {"node0": ([0, 2], 2, [0, 2]), "node2": ([1], 2, [1, 3])}
+    # srun -l writes "n: " where Open MPI writes "[1,n]<stdout>:": the same log so re-tagged reads the same.
+    text = (DATA / "nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log").read_text()
+    assert parse(re.sub(r"(?m)^\[1,(\d+)\]<stdout>:", r"\1: ", text)) == ompi
+
+
+def test_a_sub_communicator_does_not_place_its_ranks_as_the_jobs() -> None:
+    # Rank 0 of a 2-rank sub-communicator on host b is not the job's rank 0 (on host a).
+    f = parse("a:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 4 nNodes 2 localRanks 2 localRank 0 MNNVL 0\n"
+              "b:2:2 [0] NCCL INFO comm 0x2 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
+              "b:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n")
+    assert (f.nranks, f.nodes, hosts(f)) == (4, 2, {"a": ([0], 1, []), "b": ([], 1, [])})
+
+
+def test_what_the_log_says_of_why_there_is_no_fabric() -> None:
+    aws = facts("nccl-2.4.7-aws-socket-64ranks.log")
+    assert aws.net.ib_said == "NET/IB : No device found."
+    assert aws.net.plugin_said == "NET/Plugin : No plugin found (libnccl-net.so)."
+    said = parse("h:1:1 [0] NCCL INFO Failed to initialize NET plugin IB\n"
+                 "h:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.")
+    assert (said.net.ib_said, said.net.plugin_said) == (
+        "Failed to initialize NET plugin IB", "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.")
+    assert facts("nccl-2.29.3-roce-gdrdma-2nodes.log").net.ib_said is None
+
+
+def test_one_file_per_rank_process_reads_as_the_whole_log(tmp_path: Path) -> None:
+    # NCCL_DEBUG_FILE=<dir>/nccl.%h.%p.log: split the real Open MPI log by its host:pid into one file each.
+    lines = (DATA / "nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log").read_text().splitlines(True)
+    by_process: dict[str, list[str]] = {}
+    for line in lines:
+        by_process.setdefault(re.search(r"(ip-[\d-]+:\d+):", line)[1], []).append(line)
+    paths = []
+    for process, own in by_process.items():
+        paths.append(tmp_path / f"nccl.{process.replace(':', '.')}.log")
+        paths[-1].write_text("".join(own))
+    merged, sources = read_files(paths)
+    assert len(sources) == 8 and merged.placement == facts("nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log").placement

@@ -1,8 +1,17 @@
 """NCCL's debug log (NCCL_DEBUG=INFO, subsystems INIT, GRAPH, TUNING, NET) read into typed facts.
 
 A line NCCL writes is `[timestamp ]host:pid:tid [dev] NCCL INFO message`; launchers and pastes add
-their own prefixes ("[1] " from mpirun --tag-output, a logger's timestamp) and some logs reach us
-with NCCL's prefix stripped, so the message is found wherever "NCCL INFO" is, or is the whole line.
+their own prefixes (a logger's timestamp; the launcher's rank of the process: "[1] " from MPICH's
+-prepend-rank, "[1,3]<stdout>:" from Open MPI's --tag-output, "3: " from srun -l) and some logs
+reach us with NCCL's prefix stripped, so the message is found wherever "NCCL INFO" is, or is the
+whole line. The host and pid of the prefix name the process a line comes from, the launcher's tag its
+rank in the job; many processes and hosts may write into one file, or each into a file of its own.
+
+Where a rank runs is read from the lines a rank writes about itself: its "Init START/COMPLETE" and
+"nRanks ... nNodes" lines, the sending end of a link it set up (the receiving end of a NET
+"[receive]" link), its own place in "Trees". A line that names no communicator size (links, trees)
+is trusted only while the log names one size of communicator: ranks of a sub-communicator are
+numbered from 0 again and would land on the wrong host (state.facts decides).
 Messages are matched against the formats NCCL 2.4 to 2.29 print (src/transport/*.cc, init.cc,
 enqueue.cc); a line that matches none is ignored, so any text parses and no line raises.
 
@@ -33,7 +42,11 @@ MAX_KEPT = 65_536
 # Patterns searched anywhere start at a word's first character (the lookbehinds), so a long run of
 # one character costs one pass over it, not one per character.
 _LOGGED = re.compile(r"NCCL (INFO|WARN) ?(.*)$")
-_PREFIX = re.compile(r"(?<![^\s:])([^\s:]+):\d+:\d+ \[\d+\] ")
+_PREFIX = re.compile(r"(?<![^\s:])([^\s:]+):(\d{1,10}):\d+ \[\d+\] ")
+# The launcher's rank of the process, at the very start of the line: Open MPI's "[job,rank]<stdout>:",
+# MPICH's "[rank] ", srun -l's "rank: ".
+_TAG = re.compile(r"^(?:\[\d{1,10},(\d{1,10})\]<std(?:out|err)>: ?|\[(\d{1,10})\] |\s*(\d{1,10}): )")
+_OWN_TREE = re.compile(r"->(\d{1,10})->")  # "Trees [0] 13/-1/-1->12->4": the middle rank is the writer's
 _SOURCE = re.compile(r"(?<!\S)(\S+:\d+)(?: \(\w+\))? *$")  # the WARN's "file.cc:123 (function)"
 _COMM_ID = re.compile(r"\bcommId (0x[0-9a-fA-F]+)")
 _INIT = re.compile(r" - Init (?:START|COMPLETE)")
@@ -99,6 +112,12 @@ def _read(log: LogState, line: str) -> bool:
     host = prefix.group(1) if prefix else None
     if host:
         _keep(log.hosts, host)
+        tag = _TAG.match(before)
+        launched = next((int(t) for t in tag.groups() if t is not None), None) if tag else None
+        process = (host, int(prefix.group(2)))
+        _keep(log.processes, process)
+        if launched is not None and process in log.processes:
+            log.processes[process] = launched
     if logged and logged.group(1) == "WARN":
         source = _SOURCE.search(before[prefix.end() :] if prefix else before)
         _keep(log.warnings, f"{source.group(1)} {message}".strip() if source else message)
@@ -118,6 +137,16 @@ def _keep(store: dict[Any, Any], key: Any, value: Any = None) -> Any:
             return None
         store[key] = value
     return store[key]
+
+
+def _place(log: LogState, host: str | None, rank: int, nranks: int | None = None) -> None:
+    """The writer of a line on `host` is `rank` (of a communicator of `nranks`, where the line says)."""
+    if host is None:
+        return
+    if nranks is None:
+        _keep(log.placed, (host, rank))
+    else:
+        _keep(log.sized, (host, rank, nranks))
 
 
 def _bus_id(value: str | None) -> str | None:
@@ -144,12 +173,14 @@ def _on_rank(log: LogState, m: re.Match[str], host: str | None) -> None:
         comm_id=comm_id[1] if comm_id else None,
     )
     _keep(log.ranks, (rank.comm_id, rank.rank), rank)
+    _place(log, host, rank.rank, rank.nranks)
     if rank.comm_id and len(log.named) < MAX_KEPT:
         log.named.add(rank.comm_id)
 
 
 def _on_nodes(log: LogState, m: re.Match[str], host: str | None) -> None:
-    log.nodes = max(log.nodes or 0, int(m[1]))
+    _keep(log.shapes, (int(m["nranks"]), int(m["nodes"]), int(m["local"])))
+    _place(log, host, int(m["rank"]), int(m["nranks"]))
 
 
 def _on_peer(log: LogState, m: re.Match[str], host: str | None) -> None:
@@ -159,6 +190,10 @@ def _on_peer(log: LogState, m: re.Match[str], host: str | None) -> None:
     channels = _keep(log.peers, (int(m["src"]), dst, _TRANSPORTS.get(head, head), via, m["side"]), set())
     if channels is not None:
         channels.add(int(m["channel"]))
+    # NCCL prints a link at its sending end, but a NET link's "[receive]" at its receiving end.
+    own = dst if m["side"] == "receive" else int(m["src"])
+    if own is not None:
+        _place(log, host, own)
 
 
 def _on_ring(log: LogState, m: re.Match[str], host: str | None) -> None:
@@ -166,14 +201,19 @@ def _on_ring(log: LogState, m: re.Match[str], host: str | None) -> None:
     channel = int(m["channel"])
     if channel in log.rings:
         log.rings_done = True
+    ranks = m["ranks"].split()
+    log.ring_size = max(log.ring_size or 0, len(ranks))
     if not log.rings_done:
-        log.rings[channel] = [int(rank) for rank in m["ranks"].split()]
+        log.rings[channel] = [int(rank) for rank in ranks]
         if m["total"]:
             log.ring_total = max(log.ring_total or 0, int(m["total"]))
 
 
 def _on_tree(log: LogState, m: re.Match[str], host: str | None) -> None:
     _keep(log.trees, m[1].strip())
+    own = _OWN_TREE.search(m[1])
+    if own:
+        _place(log, host, int(own[1]))
 
 
 def _on_channels(log: LogState, m: re.Match[str], host: str | None) -> None:
@@ -198,6 +238,22 @@ def _on_collnet_plugin(log: LogState, m: re.Match[str], host: str | None) -> Non
 
 def _on_net_plugin(log: LogState, m: re.Match[str], host: str | None) -> None:
     log.net_plugin = log.net_plugin or m[1]
+
+
+def _on_plugin_missing(log: LogState, m: re.Match[str], host: str | None) -> None:
+    log.plugin_said = log.plugin_said or m[0].strip()
+
+
+def _on_ib_missing(log: LogState, m: re.Match[str], host: str | None) -> None:
+    log.ib_said = log.ib_said or m[0].strip()
+
+
+def _on_plugin_failed(log: LogState, m: re.Match[str], host: str | None) -> None:
+    # 2.29+ treats IB and Socket as plugins too: "Failed to initialize NET plugin IB" is IB's own failure.
+    if m[1] == "IB":
+        _on_ib_missing(log, m, host)
+    elif m[1] != "Socket":
+        _on_plugin_missing(log, m, host)
 
 
 def _on_network(log: LogState, m: re.Match[str], host: str | None) -> None:
@@ -285,7 +341,11 @@ _HANDLERS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
         ),
         _on_rank,
     ),
-    (re.compile(rf"^comm \S+ rank \d+ nRanks \d+ nNodes ({_N})"), _on_nodes),
+    (
+        re.compile(rf"^comm \S+ rank (?P<rank>{_N}) nRanks (?P<nranks>{_N}) nNodes (?P<nodes>{_N})"
+                   rf" localRanks (?P<local>{_N})"),
+        _on_nodes,
+    ),
     (
         re.compile(
             rf"^(?P<coll>{_CH}) coll channels, (?:\d+ collnet channels, )?(?:(?P<nvls>{_CH}) nvls channels, )?"
@@ -309,6 +369,12 @@ _HANDLERS: tuple[tuple[re.Pattern[str], _Handler], ...] = (
     (re.compile(r"^NET/Plugin ?: Loaded coll(?:net)? plugin (.+?)(?: \(v\d+\))?$"), _on_collnet_plugin),
     (re.compile(r"^NET/Plugin ?: Loaded net plugin (.+?)(?: \(v\d+\))?$"), _on_net_plugin),
     (re.compile(r"^Using network (.+)$"), _on_network),
+    # Why no external net plugin carries the traffic, in the words of NCCL 2.4 to 2.29.
+    (re.compile(r"^NET/Plugin ?: ?.*(?:No plugin found|Plugin load|Could not find|Using internal|using internal).*$"),
+     _on_plugin_missing),
+    (re.compile(r"^(?:NET/IB ?: No device found|NET/IB ?: No IP interface found|Failed to open libibverbs).*$"),
+     _on_ib_missing),
+    (re.compile(r"^Failed to initialize NET plugin (\S+)"), _on_plugin_failed),
     (re.compile(r"^NET/IB ?: Using(?P<devices>.*?)(?:; OOB (?P<oob>.+))?$"), _on_ib),
     (re.compile(r"^NET/Socket ?: Using (\[\d+\].+)$"), _on_socket),
     (re.compile(r"^Bootstrap ?: Using (\S+)"), _on_bootstrap),

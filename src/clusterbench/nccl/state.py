@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclNet, NcclPeer, NcclRank, NcclRing
+from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclHost, NcclNet, NcclPeer, NcclRank, NcclRing
 
 PeerKey = tuple[int, int | None, str, str, str | None]  # src, dst, transport, via, side
 AlgoKey = tuple[str | None, int, str, str, int | None, int | None]  # op, bytes, algorithm, protocol, lo, hi
@@ -20,7 +20,13 @@ class LogState:
     cuda_build: str | None = None
     cuda_driver: str | None = None
     hosts: dict[str, None] = field(default_factory=dict)
-    nodes: int | None = None
+    processes: dict[tuple[str, int], int | None] = field(default_factory=dict)  # (host, pid): launcher's rank
+    shapes: dict[tuple[int, int, int], None] = field(default_factory=dict)  # (nRanks, nNodes, localRanks)
+    sized: dict[tuple[str, int, int], None] = field(default_factory=dict)  # (host, rank, nranks) a line named
+    placed: dict[tuple[str, int], None] = field(default_factory=dict)  # (host, rank) of a line naming no size
+    ring_size: int | None = None  # ranks in the longest "Channel NN/MM : 0 1 2 ..." ring
+    ib_said: str | None = None
+    plugin_said: str | None = None
     ranks: dict[tuple[str | None, int], NcclRank] = field(default_factory=dict)
     peers: dict[PeerKey, set[int]] = field(default_factory=dict)
     net_name: str | None = None
@@ -46,7 +52,6 @@ class LogState:
     settings: dict[str, str] = field(default_factory=dict)
     warnings: dict[str, None] = field(default_factory=dict)
     named: set[str] = field(default_factory=set)  # the communicators the lines of one source named
-
 
 
 def _peer(key: PeerKey, channels: set[int]) -> NcclPeer:
@@ -81,18 +86,48 @@ def _collnet(log: LogState, peers: list[NcclPeer]) -> bool | None:
     return any(log.collnet) if log.collnet else None
 
 
+def _nranks(log: LogState) -> int | None:
+    """NCCL's own count of ranks in the largest communicator: its nRanks/nranks lines, else its longest ring."""
+    said = [shape[0] for shape in log.shapes] + [nranks for _, _, nranks in log.sized]
+    return max(said) if said else log.ring_size
+
+
+def _placement(log: LogState, nranks: int | None) -> list[NcclHost]:
+    """Each host the log names, with the ranks of the largest communicator that wrote from it, its
+    processes and their launcher ranks. Lines naming no communicator size count only while the log
+    names one size: otherwise a sub-communicator's rank 0 would be taken for the job's."""
+    ranks: dict[str, set[int]] = {host: set() for host in log.hosts}
+    for host, rank, size in log.sized:
+        if size == nranks:
+            ranks.setdefault(host, set()).add(rank)
+    sizes = {size for _, _, size in log.sized} | {shape[0] for shape in log.shapes}
+    if len(sizes) <= 1:
+        for host, rank in log.placed:
+            ranks.setdefault(host, set()).add(rank)
+    processes: dict[str, list[int | None]] = {}
+    for (host, _), launched in log.processes.items():
+        processes.setdefault(host, []).append(launched)
+    return [NcclHost(host=host, ranks=sorted(found), processes=len(processes.get(host, [])),
+                     launcher_ranks=sorted(r for r in processes.get(host, []) if r is not None))
+            for host, found in ranks.items()]
+
+
 def facts(log: LogState) -> NcclFacts:
     peers = sorted(
         (_peer(key, channels) for key, channels in log.peers.items()),
         key=lambda p: (p.transport, p.src_rank, -1 if p.dst_rank is None else p.dst_rank, p.side or "", p.via),
     )
     net_name = log.net_name or next((p.net for p in peers if p.transport == "NET"), None)
+    nranks = _nranks(log)
     return NcclFacts(
         version=log.version,
         cuda_build=log.cuda_build,
         cuda_driver=log.cuda_driver,
         hosts=list(log.hosts),
-        nodes=log.nodes,
+        nodes=max((nodes for nranks_, nodes, _ in log.shapes if nranks_ == nranks), default=None),
+        nranks=nranks,
+        local_ranks=sorted({local for nranks_, _, local in log.shapes if nranks_ == nranks}),
+        placement=_placement(log, nranks),
         ranks=sorted(log.ranks.values(), key=lambda r: (r.comm_id or "", r.rank)),
         peers=peers,
         net=NcclNet(
@@ -103,6 +138,8 @@ def facts(log: LogState) -> NcclFacts:
             interfaces=list(log.interfaces),
             bootstrap=list(log.bootstrap),
             gdr=_gdr(log, peers),
+            ib_said=log.ib_said,
+            plugin_said=log.plugin_said,
         ),
         channels=log.channels if log.channels is not None else log.ring_total or len(log.rings) or None,
         p2p_channels=log.p2p_channels,

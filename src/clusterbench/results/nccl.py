@@ -30,6 +30,17 @@ class NcclRank:
 
 
 @dataclass(frozen=True)
+class NcclHost:
+    """One host the log names: the ranks that wrote from it (of the largest communicator) and its processes."""
+
+    host: str
+    ranks: list[int] = field(default_factory=list, metadata=NONNEGATIVE)  # empty: its lines name no rank
+    processes: int = field(default=0, metadata=NONNEGATIVE)  # distinct host:pid prefixes
+    # the processes' ranks as the launcher tagged their lines (mpirun "[n] ", "[j,n]<stdout>:", srun -l "n: ")
+    launcher_ranks: list[int] = field(default_factory=list, metadata=NONNEGATIVE)
+
+
+@dataclass(frozen=True)
 class NcclPeer:
     """A connection NCCL set up from one rank to another, with every channel that uses it."""
 
@@ -57,6 +68,8 @@ class NcclNet:
     interfaces: list[str] = field(default_factory=list)  # NET/Socket's interfaces (listed even when IB carries)
     bootstrap: list[str] = field(default_factory=list)  # the interfaces ranks found each other over
     gdr: bool | None = None  # True: every NET link used GPUDirect RDMA; False: some or all did not
+    ib_said: str | None = None  # NCCL's IB transport found nothing: "NET/IB : No device found." as NCCL wrote it
+    plugin_said: str | None = None  # why no external net plugin: "NET/Plugin : No plugin found (libnccl-net.so)..."
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,12 @@ class NcclFacts:
     cuda_build: str | None = None  # the CUDA NCCL was built for ("+cuda12.4")
     cuda_driver: str | None = None  # the CUDA version the driver supports (cudaDriverVersion 12040 -> 12.4)
     hosts: list[str] = field(default_factory=list)
-    # NCCL's own count of nodes in the largest communicator (2.19+)
+    # NCCL's own count of nodes in the largest communicator (its "nRanks N nNodes M" line, 2.20+)
     nodes: int | None = field(default=None, metadata=NONNEGATIVE)
+    # NCCL's own count of ranks in the largest communicator (nRanks, nranks at Init, else its longest ring)
+    nranks: int | None = field(default=None, metadata=NONNEGATIVE)
+    local_ranks: list[int] = field(default_factory=list, metadata=NONNEGATIVE)  # its localRanks, per node
+    placement: list[NcclHost] = field(default_factory=list)  # what the log itself shows: ranks by host
     ranks: list[NcclRank] = field(default_factory=list)
     peers: list[NcclPeer] = field(default_factory=list)
     net: NcclNet = field(default_factory=NcclNet)
