@@ -407,12 +407,13 @@ class SlurmNodesBed(SlurmBed):
 
 @contextmanager
 def slurm_nodes(folder: Path, n_nodes: int, slow: dict[int, str] | None = None,
-                ready_timeout: float = 60) -> Iterator[SlurmNodesBed]:
+                ready_timeout: float = 60, resolvable: bool = True) -> Iterator[SlurmNodesBed]:
     """A Slurm of `n_nodes` one-CPU nodes, one slurmd in each node of a netns_cluster (`slow` as there), kept in
     `folder`; the controller runs on node 0.
 
     Clients must run in node 0's network: use the bed's methods, or `bed.netns.enter(0, argv)` with `bed.env`.
-    Job tasks see the host's /etc/hosts, in which the bed names the nodes while it runs.
+    Job tasks see the host's /etc/hosts, in which the bed names the nodes while it runs; with resolvable=False it
+    does not, and the job's node names resolve nowhere (Slurm itself reaches the nodes by their NodeAddr).
     """
     _require_root("a multi-node Slurm")
     folder = folder.absolute()
@@ -426,7 +427,8 @@ def slurm_nodes(folder: Path, n_nodes: int, slow: dict[int, str] | None = None,
     for name in names:
         (folder / f"spool-{name}").mkdir(exist_ok=True)
     conf = folder / "slurm.conf"
-    with netns_cluster(n_nodes, slow) as net, _host_names({name: net.addr(i) for i, name in enumerate(names)}):
+    with netns_cluster(n_nodes, slow) as net, \
+            _host_names({name: net.addr(i) for i, name in enumerate(names)} if resolvable else {}):
         conf.write_text(_slurm_conf(folder, cluster, f"{names[0]}({net.addr(0)})",
                                     {name: f"NodeAddr={net.addr(i)} CPUs=1" for i, name in enumerate(names)}, "-%n"))
         bed = SlurmNodesBed(folder, conf, cluster, _slurm_env(conf, srun), names, net)

@@ -120,10 +120,14 @@ def test_a_dead_or_stuck_rank_ends_the_run_and_keeps_rows(fault: str, needle: st
     # reach: 10 s keeps the hang case short without racing their start.
     proc = run_cli("comm", "--nproc", "3", "-b", "8", "-e", "1K", *FAST, "--timeout", "10", "--out", str(out),
                    env={"CLUSTERBENCH_TEST_FAULT": fault}, timeout=90)
-    assert_one_line_error(proc, 1, needle, "all_reduce")
+    err = assert_one_line_error(proc, 1, needle, "all_reduce")
     doc = read_run(out)
     assert doc["status"] == "failed" and needle in doc["error"]
     assert len(doc["comm"]) == 2  # the two sizes measured before the fault
+    if fault.startswith("hang"):  # every rank's Flight Recorder, the stuck one's too, names it and the collective
+        assert "Flight Recorder: rank 1 (on " in err and "never entered all_reduce #" in err, err
+        said = run_cli("diagnose", str(out))
+        assert said.returncode == 1 and "CULPRIT  rank 1 (on " in said.stdout, said.stdout + said.stderr
 
 
 def test_ctrl_c_stops_every_rank_and_keeps_rows(tmp_path: Path) -> None:

@@ -73,6 +73,8 @@ def test_a_rank_that_dies_or_hangs_on_another_node_is_named_by_the_survivors(fau
     # node 0 still blocked in the collective when the survivors look is silent too.
     assert lines and all(3 in silent_ranks(line) and 0 not in silent_ranks(line) for line in lines), lines
     assert all("during all_reduce 32 B" in line for line in lines), lines
+    if fault.startswith("hang"):  # the stuck rank's heartbeat left its Flight Recorder when asked, across nodes
+        assert any("Flight Recorder: rank 3" in line and "never entered all_reduce #" in line for line in lines), lines
     doc = read_run(out)
     assert doc["status"] == "failed" and 3 in silent_ranks(doc["error"]) and len(doc["comm"]) == 2
 

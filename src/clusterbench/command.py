@@ -40,6 +40,7 @@ class Launch:
     backend: str = "auto"
     device: str | None = None
     timeout: float = 300.0
+    rendezvous_timeout: float | None = None  # None: CLUSTERBENCH_RENDEZVOUS_TIMEOUT, else 60 s (dist.resolve)
     out: Path | None = None
     overwrite: bool = False
     master_addr: str | None = None
@@ -62,8 +63,13 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
     g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     g.add_argument("--timeout", type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
-                   help="seconds the rendezvous, any collective, and an idle rank's wait for a scope's "
+                   help="seconds any collective, and an idle rank's wait for a scope's "
                         f"phase may take ({TIMEOUT_S[0]:g} to {TIMEOUT_S[1]:g}; default 300)")
+    g.add_argument("--rendezvous-timeout", dest="rendezvous_timeout", metavar="SECONDS",
+                   type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
+                   help="seconds the launch may take: every rank meeting, and Gloo's group forming; a launch that "
+                        "cannot work says who and where within it (default: CLUSTERBENCH_RENDEZVOUS_TIMEOUT, "
+                        "else 60, never above --timeout)")
     g.add_argument("--master-addr", dest="master_addr",
                    help="under srun/mpirun: rank 0's host (default: MASTER_ADDR, else what the launcher tells)")
     g.add_argument("--master-port", dest="master_port", type=argtypes.whole(1, 65535),

@@ -30,9 +30,18 @@ from clusterbench.hw.topology import describe
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress, Rank
 from clusterbench.recording import record_of
-from clusterbench.rendezvous import check_address
+from clusterbench.rendezvous import RESOLVE_S, check_address
 from clusterbench.results import documents
-from clusterbench.results.folder import NCCL_LOGS, RunFolder, announce, claim, default_run_dir, load_run, save_run
+from clusterbench.results.folder import (
+    FLIGHT_DUMPS,
+    NCCL_LOGS,
+    RunFolder,
+    announce,
+    claim,
+    default_run_dir,
+    load_run,
+    save_run,
+)
 from clusterbench.results.schema import Lost, Run
 from clusterbench.shape import JobShape
 from clusterbench.telemetry.recorder import start as recording
@@ -112,8 +121,8 @@ def world_size(options: Launch, cfg: DistConfig, joined: Joined | None) -> int:
 
 def setup_for(args: argparse.Namespace, command: str) -> Setup:
     options = Launch(**argtypes.given(args, Launch))
-    cfg = resolve(options.backend, options.device, options.timeout)
-    joined = _joined(options)
+    cfg = resolve(options.backend, options.device, options.timeout, options.rendezvous_timeout)
+    joined = _joined(options, cfg.rendezvous_s)
     if options.launcher == "ray" and joined is not None:
         raise UsageError(f"--launcher ray starts the ranks itself, but {joined.launcher} already started this "
                          "process as one rank: run it once, outside the launcher")
@@ -121,7 +130,7 @@ def setup_for(args: argparse.Namespace, command: str) -> Setup:
                 options.overwrite, options.iface, options.ray_address, options.launcher == "ray", options.telemetry_hz)
 
 
-def _joined(options: Launch) -> Joined | None:
+def _joined(options: Launch, rendezvous_s: float) -> Joined | None:
     """The launcher's job this process is a rank of, with --master-addr/--master-port applied."""
     joined = launchers.detect()
     if joined is None:
@@ -131,7 +140,7 @@ def _joined(options: Launch) -> Joined | None:
     if joined.master_addr is None:
         raise UsageError(f"launched by {joined.launcher}: cannot tell rank 0's host; "
                          "set MASTER_ADDR or --master-addr")
-    check_address(joined.master_addr)  # before rank 0 claims (or, with --overwrite, empties) the run folder
+    check_address(joined.master_addr, min(RESOLVE_S, rendezvous_s))  # before rank 0 claims (or, with --overwrite, empties) the run folder
     if joined.master_port is None:
         raise UsageError(f"launched by {joined.launcher}: no port to meet on; set MASTER_PORT or --master-port")
     return joined
@@ -146,7 +155,8 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
         claim(setup.run_dir, setup.overwrite)
     job = _RankJob(cmd.name, cmd.work, options, setup.run_dir, tuple(sys.argv), setup.telemetry_hz)
     nccl_logs = setup.run_dir / NCCL_LOGS if setup.dist.backend == "nccl" else None
-    work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs, (cmd.work.__module__, *cmd.imports))
+    work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs, setup.run_dir / FLIGHT_DUMPS,
+                      (cmd.work.__module__, *cmd.imports))
     if setup.ray:
         from clusterbench import ray_launch  # only Ray users need ray installed
 

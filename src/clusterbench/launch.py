@@ -9,6 +9,7 @@ launcher nobody watches: each rank says how it ended, naming the ranks that went
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import os
@@ -21,7 +22,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clusterbench import forking
+from clusterbench import flight, forking
 from clusterbench.dist import DistConfig, Worker, init
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
+from clusterbench.flight import record
 from clusterbench.hw.network import check_interface
 from clusterbench.launchers import Joined
 from clusterbench.rank import Progress
@@ -55,6 +57,7 @@ class Job:
     dist: DistConfig
     iface: str | None = None  # the network interface Gloo and NCCL use between hosts
     nccl_logs: Path | None = None  # where each rank's NCCL log goes (NCCL runs)
+    flight_dumps: Path | None = None  # where the ranks' Flight Recorder dumps go when a collective fails
     imports: tuple[str, ...] = ()  # modules the ranks need, beyond fn's: imported once for all local ranks
 
 
@@ -77,8 +80,10 @@ class Seat:
     node_index: str | None = None
 
 
-def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
-    """Join, run the job on this rank, and turn every ending into an exit code and one line."""
+def run_rank(job: Job, rdzv: Rendezvous, seat: Seat, planned: Callable[[int], str | None] = lambda rank: None
+             ) -> Outcome:
+    """Join (within the rendezvous timeout; `planned` names the node a rank that never comes was meant for),
+    run the job on this rank, and turn every ending into an exit code and one line."""
     warnings.filterwarnings("ignore")
     if job.nccl_logs is not None:
         capture_nccl_log(job.nccl_logs)
@@ -88,10 +93,13 @@ def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
             check_interface(job.iface)  # on this rank's host: where Ray put it, not where the driver runs
             os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = job.iface
         me = Member(seat.rank, socket.gethostname(), seat.local_rank, seat.node_index)
-        members = rdzv.join(me, job.dist.timeout_s)
+        members = rdzv.join(me, job.dist.rendezvous_s, planned)
+        os.environ.update(record.environment())  # torch sizes its Flight Recorder when the group forms
         alive = _heartbeat(rdzv, seat.rank)
         try:
-            worker = init(job.dist, seat.rank, seat.world_size, seat.local_rank, rdzv.group_store(), members)
+            worker = init(job.dist, seat.rank, seat.world_size, seat.local_rank, rdzv.group_store(), members,
+                          rdzv.host)
+            rdzv.settle(job.dist.timeout_s)
             job.fn(worker, job.payload, progress)
         finally:
             alive.set()
@@ -106,8 +114,19 @@ def run_rank(job: Job, rdzv: Rendezvous, seat: Seat) -> Outcome:
         code, kind, message = EXIT_FAILED, "failed", one_line(e)
         if os.environ.get("CLUSTERBENCH_DEBUG"):
             traceback.print_exc()
+        if dist.is_initialized():  # a collective may have failed or timed out: every rank's record says which
+            _leave_record(rdzv, seat.rank, ask=True)
     progress.error(kind, message)
     return Outcome(code, message)
+
+
+def _leave_record(rdzv: Rendezvous, rank: int, ask: bool = False) -> None:
+    """Leave this rank's Flight Recorder on the board (and with `ask`, ask every live rank for theirs);
+    a store that is gone, or a torch that cannot dump, leaves the run's line as it was."""
+    with contextlib.suppress(Exception):  # a record is a bonus: the heartbeat and the rank's own line come first
+        if ask:
+            rdzv.ask_records()
+        rdzv.leave_record(rank, record.trace(rank))
 
 
 def _heartbeat(rdzv: Rendezvous, rank: int) -> threading.Event:
@@ -116,9 +135,14 @@ def _heartbeat(rdzv: Rendezvous, rank: int) -> threading.Event:
     stop = threading.Event()
 
     def beat() -> None:
+        left = False
         while not stop.wait(BEAT_S):
             try:
                 rdzv.beat(rank)
+                # A rank stuck outside any collective never fails one: it leaves its record when asked.
+                if not left and rdzv.records_asked():
+                    left = True
+                    _leave_record(rdzv, rank)
             except (RuntimeError, OSError):  # the store's host is gone: nobody is left to tell
                 return
 
@@ -148,10 +172,10 @@ def capture_nccl_log(folder: Path) -> None:
 def _spawned(job: Job, seat: Seat, port_from: Connection) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
     try:
-        if not port_from.poll(job.dist.timeout_s):  # the parent never opened its store
+        if not port_from.poll(job.dist.rendezvous_s):  # the parent never opened its store
             raise RunFailed("the rendezvous store never opened")
         port = port_from.recv()
-        rdzv = Rendezvous.open("127.0.0.1", port, seat.world_size, job.dist.timeout_s, server=False)
+        rdzv = Rendezvous.open("127.0.0.1", port, seat.world_size, job.dist.rendezvous_s, server=False)
         code = run_rank(job, rdzv, seat).code
     except RunFailed:
         code = EXIT_FAILED
@@ -177,9 +201,9 @@ def run(job: Job, nproc: int, joined: Joined | None = None) -> Outcome:
 
 def _run_joined(job: Job, me: Joined) -> Outcome:
     assert me.master_addr is not None and me.master_port is not None  # the harness checked
-    rdzv = Rendezvous.open(me.master_addr, me.master_port, me.world_size, job.dist.timeout_s, me.hosts_store,
+    rdzv = Rendezvous.open(me.master_addr, me.master_port, me.world_size, job.dist.rendezvous_s, me.hosts_store,
                            prefix=f"clusterbench/{me.attempt}")
-    outcome = run_rank(job, rdzv, Seat(me.rank, me.world_size, me.local_rank, me.node))
+    outcome = run_rank(job, rdzv, Seat(me.rank, me.world_size, me.local_rank, me.node), me.planned_node)
     if outcome.code == EXIT_OK:
         dist.destroy_process_group()
         _leave(rdzv, me, me.world_size)
@@ -188,8 +212,10 @@ def _run_joined(job: Job, me: Joined) -> Outcome:
     if outcome.code == EXIT_USAGE or me.world_size == 1 or not dist.is_initialized():
         return outcome
     line, silent = _survivor_report(rdzv, me.rank, outcome.message or "")
+    # Every survivor reads every rank's record: the line on each node names who held the job up. Rank 0 keeps the dumps.
+    said = flight_said(Outcome(outcome.code, line, silent), rdzv, job.flight_dumps if me.rank == 0 else None)
     _leave(rdzv, me, me.world_size - len(silent))
-    return Outcome(outcome.code, line, silent)
+    return said
 
 
 def _leave(rdzv: Rendezvous, me: Joined, expected: int) -> None:
@@ -276,7 +302,8 @@ def _run_local(job: Job, nproc: int) -> Outcome:
         p.start()
     try:
         # The store after the ranks: its threads are never forked. Each rank learns its port by its own pipe.
-        rdzv = Rendezvous.open("127.0.0.1", 0, nproc, job.dist.timeout_s, server=True)
+        rdzv = Rendezvous.open("127.0.0.1", 0, nproc, job.dist.rendezvous_s, server=True)
+        rdzv.settle(job.dist.timeout_s)  # the parent only reads the board, after the ranks
         for _, writer in pipes:
             writer.send(rdzv.port)
         hung = _supervise(procs)
@@ -287,7 +314,7 @@ def _run_local(job: Job, nproc: int) -> Outcome:
         _stop(procs)
         raise
     codes = {r: p.exitcode for r, p in enumerate(procs)}
-    return outcome_of(codes, hung, rdzv, job.dist.timeout_s)
+    return outcome_of(codes, hung, rdzv, job.dist.timeout_s, job.flight_dumps)
 
 
 def _supervise(procs: list) -> list[int]:
@@ -317,9 +344,31 @@ def _stop(procs: list) -> None:
             p.join(timeout=5)
 
 
-def outcome_of(codes: dict[int, int | None], hung: list[int], rdzv: Rendezvous, timeout_s: float) -> Outcome:
+def outcome_of(codes: dict[int, int | None], hung: list[int], rdzv: Rendezvous, timeout_s: float,
+               dumps_to: Path | None = None) -> Outcome:
     """One exit code and one line for the whole run, the root cause first (for a supervisor that
-    knows each rank's exit code: the local parent, the Ray driver)."""
+    knows each rank's exit code: the local parent, the Ray driver), with what the ranks' Flight
+    Recorders say, their dumps kept in `dumps_to`."""
+    ending = _ending(codes, hung, rdzv, timeout_s)
+    return flight_said(ending, rdzv, dumps_to) if ending.code == EXIT_FAILED else ending
+
+
+def flight_said(outcome: Outcome, rdzv: Rendezvous, dumps_to: Path | None) -> Outcome:
+    """The run's line with the rank the Flight Recorders name as holding the others up (which
+    collective, which sequence number, which sizes), and the dumps the ranks left written to `dumps_to`
+    for `clusterbench diagnose`. A store that is gone or a dump that cannot be read changes nothing."""
+    try:
+        left = rdzv.records()
+        if dumps_to is not None:
+            for rank, data in left.items():
+                record.write(rank, data, dumps_to)
+        said = flight.culprit(left) if left else None
+    except (RuntimeError, OSError, UsageError):
+        return outcome
+    return replace(outcome, message=f"{outcome.message}; Flight Recorder: {said}") if said else outcome
+
+
+def _ending(codes: dict[int, int | None], hung: list[int], rdzv: Rendezvous, timeout_s: float) -> Outcome:
     errors, where = rdzv.endings(), rdzv.whereabouts()
 
     def during(r: int) -> str:

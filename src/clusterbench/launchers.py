@@ -9,6 +9,11 @@ and mpirun allocations; a Slurm batch script (SLURM_PROCID=0 but no step) and a 
 What a launcher says is checked here, for every launcher alike, before any rank looks for
 another: a seat that cannot exist (a rank outside the world size, a world of no ranks) or a
 port that cannot be one would otherwise wait out the whole timeout for peers that never come.
+So is a seat set by hand (RANK/WORLD_SIZE without torchrun) that contradicts the srun step or
+mpirun job around it: every task exporting RANK=0, or a WORLD_SIZE from another job, would meet
+nobody. Where the launcher says which node runs which rank (srun's host list and tasks per
+node, torchrun's ranks per node), `planned` keeps it, so a rank that never comes is named with
+the node that should have run it.
 """
 
 from __future__ import annotations
@@ -46,10 +51,20 @@ class Joined:
     master_port: int | None
     agent_store: bool = False  # torchrun's agent already hosts the store: no rank is its server
     attempt: str = ""  # torchrun's run id and restart count: a restarted job must not find the last one's keys
+    planned: tuple[tuple[str, int], ...] = ()  # (node, its ranks) in rank order, where the launcher says
 
     @property
     def hosts_store(self) -> bool:
         return self.rank == 0 and not self.agent_store
+
+    def planned_node(self, rank: int) -> str | None:
+        """The node the launcher meant `rank` for, or None where it does not say."""
+        first = 0
+        for node, count in self.planned:
+            if rank < first + count:
+                return node
+            first += count
+        return None
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,65 @@ LAUNCHERS = (
     Launcher("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID",
              port=lambda env: _derived_port(env.get("SLURM_JOB_ID"), _slurm_step(env)), master=_first_slurm_host),
 )
+
+
+def _slurm_plan(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """srun's nodes with their task counts ("2(x3),1": two tasks on each of three nodes, then one), in rank
+    order; empty where the distribution is not by blocks (cyclic puts consecutive ranks on different nodes)."""
+    if not env.get("SLURM_DISTRIBUTION", "block").startswith("block"):
+        return ()
+    counts: list[int] = []
+    for part in (env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "").split(","):
+        match = re.fullmatch(r"([0-9]{1,7})(?:\(x([0-9]{1,7})\))?", part.strip())
+        if not match:
+            return ()
+        counts += [int(match[1])] * int(match[2] or 1)
+    key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None)
+    try:
+        hosts = hostlist.expand(env[key]) if key else []
+    except ValueError:  # _first_slurm_host says why, where the list matters
+        return ()
+    return tuple(zip(hosts, counts)) if len(hosts) == len(counts) else ()
+
+
+def _per_node_plan(size: int, local_size: int | None) -> tuple[tuple[str, int], ...]:
+    """torchrun's nodes, each `local_size` ranks, named by their node rank (it knows no host names)."""
+    if not local_size or size % local_size:
+        return ()
+    return tuple((f"the node of GROUP_RANK={k}", local_size) for k in range(size // local_size))
+
+
+def _outer(env: Mapping[str, str]) -> tuple[str, str, str, str] | None:
+    """The launcher around a hand-set seat: its name, and its rank and size variables."""
+    if _is_slurm_job(env) and "SLURM_PROCID" in env:
+        return "srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
+    if "OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env:
+        return "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"
+    return None
+
+
+def _check_against_outer(env: Mapping[str, str], rank: int, size: int) -> None:
+    """A seat set by hand must be the seat of the launcher around it. One exception: a hand-made spawner that
+    starts LOCAL_WORLD_SIZE ranks per task (as torchrun does), whose world is the tasks times that."""
+    outer = _outer(env)
+    if outer is None:
+        return
+    name, rank_key, size_key, _ = outer
+    try:
+        outer_rank, outer_size = int(env[rank_key]), int(env[size_key])
+    except ValueError:
+        return  # not numbers: that launcher is not the one that started us, and ours is checked
+    per_task = size // outer_size if outer_size and size % outer_size == 0 else 0
+    if per_task > 1 and env.get("LOCAL_WORLD_SIZE", "").strip() == str(per_task):
+        return
+    if size != outer_size:
+        raise UsageError(f"WORLD_SIZE={size} but {name} started {outer_size} tasks ({size_key}={outer_size}): "
+                         f"the job would wait for ranks that never come; unset RANK/WORLD_SIZE under {name}, or set "
+                         f"them from {rank_key}/{size_key}")
+    if rank != outer_rank:
+        raise UsageError(f"RANK={rank} but this is {name}'s task {outer_rank} ({rank_key}={outer_rank}): ranks set by "
+                         f"hand the same on every task never meet; unset RANK/WORLD_SIZE under {name}, or set them "
+                         f"from {rank_key}/{size_key}")
 
 
 def _slurm_step(env: Mapping[str, str]) -> str | None:
@@ -155,6 +229,8 @@ def detect(env: Mapping[str, str] | None = None) -> Joined | None:
             return None
         name = entry.name if entry.name != "torchrun" or "TORCHELASTIC_RUN_ID" in env else "environment"
         rank, size, local_rank, local_size = _seat(env, entry, name)
+        if name == "environment":
+            _check_against_outer(env, rank, size)
         port = _port(env, name)
         # Every rank on this host: rank 0 is here, whatever the launcher knows of addresses.
         here = "127.0.0.1" if local_size == size else None
@@ -166,6 +242,8 @@ def detect(env: Mapping[str, str] | None = None) -> Joined | None:
             agent_store=entry.agent_store(env),
             attempt=f"{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
             if name == "torchrun" else "",
+            planned=_slurm_plan(env) if entry.name == "srun" else _per_node_plan(size, local_size)
+            if entry.size == "WORLD_SIZE" else (),
         )
     return None
 

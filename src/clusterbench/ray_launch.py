@@ -48,7 +48,7 @@ def run(job: launch.Job, nproc: int, address: str | None) -> launch.Outcome:
         rdzv = Rendezvous.open(addr, 0, nproc, job.dist.timeout_s, server=True)
         codes, hung = _supervise(ray, [a.run.remote(job, addr, rdzv.port, s, v)
                                        for a, s, v in zip(actors, seats, visible)], rdzv)
-        return launch.outcome_of(codes, hung, rdzv, job.dist.timeout_s)
+        return launch.outcome_of(codes, hung, rdzv, job.dist.timeout_s, job.flight_dumps)
     except KeyboardInterrupt:
         return launch.Outcome(EXIT_INTERRUPTED, "interrupted by the user")
     finally:

@@ -1,9 +1,11 @@
 """`clusterbench diagnose TARGET`: why a number is what it is, from NCCL's own log
-(docs/methodology.md §9).
+(docs/methodology.md §9), and why a job hung, from PyTorch's Flight Recorder (§21).
 
-TARGET is a run folder (its run.json's `nccl` section, else its nccl/ logs), an NCCL log file,
-or a folder of them. Prints NCCL's picture of the run and the NCCL checks of the default rules,
-judged with the run's hardware picture where there is one. Exit 1 when a check FAILs.
+TARGET is a run folder (its run.json's `nccl` section, else its nccl/ logs; its flight/ dumps when
+its ranks hung), an NCCL log file, a folder of them, or a folder of Flight Recorder dumps. Prints
+NCCL's picture of the run and the NCCL checks of the default rules, judged with the run's hardware
+picture where there is one, and the ranks that held the others up. Exit 1 when a check FAILs or a
+dump names a rank that never entered the collective the others wait in.
 
 Logs are streamed, so any size reads in flat memory. Of a folder only the regular files named
 *.log are read; other entries so named (folders, FIFOs, broken links) are left out with a note. A
@@ -18,7 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from clusterbench.analyse.nccl import picture
+from clusterbench import flight
+from clusterbench.analyse.nccl import picture, unjudged
 from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import conclusive, overall
 from clusterbench.command import ToolCommand
@@ -27,13 +30,13 @@ from clusterbench.inputs import files
 from clusterbench.nccl.jobs import read_folder
 from clusterbench.nccl.log import read_files
 from clusterbench.registry import judge
-from clusterbench.results.folder import NCCL_LOGS, load_run
+from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS, load_run
 from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.schema import Run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET", type=Path, help="a run folder, an NCCL log file, or a folder of them")
+    p.add_argument("target", metavar="TARGET", type=Path, help="a run folder, an NCCL log file, a folder of them, or a folder of Flight Recorder dumps")
 
 
 def _left_out(paths: list[Path]) -> str:
@@ -72,8 +75,31 @@ def _run_of(target: Path) -> tuple[Run, list[Path]]:
     return Run(command="diagnose", nccl=facts), skipped
 
 
+def _dumps_of(target: Path) -> Path | None:
+    """The Flight Recorder dumps to read: TARGET itself when it is a folder of them, or a run folder's
+    flight/ (written when its ranks hung)."""
+    if flight.is_dump_folder(target):
+        return target
+    if os.path.lexists(target / "run.json") and flight.is_dump_folder(target / FLIGHT_DUMPS):
+        return target / FLIGHT_DUMPS
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
-    run, skipped = _run_of(args.target)
+    dumps = _dumps_of(args.target)
+    if dumps is None:
+        return _nccl(args.target)
+    lines, code = flight.diagnose(dumps)
+    print("\n".join(lines))
+    # A run that hung on gloo has dumps and no NCCL log: the dumps are the whole story.
+    if dumps == args.target or not (os.path.lexists(args.target / NCCL_LOGS) or load_run(args.target).nccl):
+        return code
+    print()
+    return max(code, _nccl(args.target))
+
+
+def _nccl(target: Path) -> int:
+    run, skipped = _run_of(target)
     if skipped:
         print(f"clusterbench: note: left out {_left_out(skipped)}: only regular files are read", file=sys.stderr)
     for line in picture(run.nccl):
@@ -83,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     print("\n== findings")
     for v in found:
         print(f"  {v.status:<5} {v.check:<16} {v.detail}")
-    verdict = conclusive(overall(found), "the log shows no network link" + (
+    verdict = conclusive(overall(found), unjudged(run.nccl) + (
         "; the RDMA and NVLink checks also need a run folder's hardware picture" if run.hardware is None else ""))
     return EXIT_FAILED if verdict == "FAIL" else EXIT_OK
 

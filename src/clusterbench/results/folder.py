@@ -29,6 +29,8 @@ from clusterbench.results.telemetry import TABLE as TELEMETRY
 TABLES = ("comm", "pairs", "train_steps")  # list sections of run.json that also get a <name>.csv
 CSV_ONLY = (TELEMETRY,)  # tables too long for run.json: <name>.csv alone
 NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
+FLIGHT_DUMPS = "flight"  # the subfolder of per-rank Flight Recorder dumps (a run whose ranks hung or timed out)
+RANK_FOLDERS = (NCCL_LOGS, FLIGHT_DUMPS)
 
 
 def result_files(path: Path) -> list[Path]:
@@ -46,7 +48,7 @@ def claim(path: Path, overwrite: bool) -> Path:
     if path.exists() and not path.is_dir():  # a run.json, a baseline: never replaced by a folder
         raise UsageError(f"--out {path} is a file, not a folder: give the folder the run's files go to")
     documents.check_writable(path, "the run folder")
-    found = [f for f in [*result_files(path), path / NCCL_LOGS] if _exists(f)]
+    found = [f for f in [*result_files(path), *(path / name for name in RANK_FOLDERS)] if _exists(f)]
     if found and not overwrite:
         what = ("a run (run.json)" if path / "run.json" in found
                 else f"a run's files ({', '.join(f.name for f in found)})")
@@ -57,9 +59,9 @@ def claim(path: Path, overwrite: bool) -> Path:
 
 
 def _remove(file: Path, folder: Path) -> None:
-    """An earlier run's file, or its folder of NCCL logs; anything else in the way is the user's to move."""
+    """An earlier run's file, or its folder of NCCL logs or dumps; anything else in the way is the user's to move."""
     try:
-        if file.name == NCCL_LOGS and file.is_dir() and not file.is_symlink():
+        if file.name in RANK_FOLDERS and file.is_dir() and not file.is_symlink():
             shutil.rmtree(file)
         else:
             file.unlink()
