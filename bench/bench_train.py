@@ -4,11 +4,13 @@ Both loops train the same model (same seed), on the same batches, with the same 
 wrapper, AdamW, clipping and lr schedule on the same 2 gloo ranks. The bare loop has no
 metrics: no token counting collective, no loss all-reduce, no per-step sync, no run folder.
 clusterbench's loop runs with the per-step duties of `clusterbench train` (run-folder rows,
-a progress line). Rounds alternate bare / clusterbench; the best round of each is compared
-(the best, because other load on a small machine only ever slows a round down).
+a progress line). A third loop is clusterbench's without the phase clock's marks (each rank's
+step split, train/phases.py), to weigh what they cost alone. Rounds alternate bare /
+clusterbench / clusterbench without phases; the best round of each is compared (the best,
+because other load on a small machine only ever slows a round down).
 
     python bench/bench_train.py            # tiny and 125m presets on 2 CPU ranks
-Target: ratio >= 0.97 (issue 3).
+Target: ratio >= 0.97 (issue 3); the phase clock: ratio >= 0.99 (issue 21).
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def bare_tgs(worker: Worker, preset: str, cfg: LoopConfig, task) -> float:
     return tokens / (worker.world_size * (time.perf_counter() - start))
 
 
-def ours_tgs(worker: Worker, preset: str, cfg: LoopConfig, task, folder: RunFolder | None) -> tuple[float, float]:
+def ours_tgs(worker: Worker, preset: str, cfg: LoopConfig, task, folder: RunFolder | None,
+             time_phases: bool = True) -> tuple[float, float]:
     def on_step(r) -> None:
         if folder is not None:
             # As the product records: every step, written at most once a second.
@@ -75,7 +78,7 @@ def ours_tgs(worker: Worker, preset: str, cfg: LoopConfig, task, folder: RunFold
             print(f"\rstep {r.step} loss {r.loss:.4f}", end="", file=sys.stderr, flush=True)
 
     model = models.build(models.resolve(preset, None, None), 0)
-    result = train(worker, cfg, model, task, on_step)
+    result = train(worker, cfg, model, task, on_step, time_phases)
     window = [r for r in result.steps if r.in_window]
     dims = flops.dims_of(model.config.to_dict())
     fl = sum(flops.step_flops(dims, r.real_tokens, cfg.global_batch * task.seq_len**2) for r in window)
@@ -88,16 +91,20 @@ def bench_job(worker: Worker, out: Path, progress) -> None:
         cfg, rounds = case["loop"], case["rounds"]
         task = load_task(seq_len=case["seq_len"], packing=True, seed=0)
         folder = RunFolder(out / preset, "bench", []) if worker.is_main else None
-        bare, ours, tflops = [], [], []
+        bare, ours, unclocked, tflops = [], [], [], []
         for _ in range(rounds):
             bare.append(bare_tgs(worker, preset, cfg, task))
             tgs, tf = ours_tgs(worker, preset, cfg, task, folder)
             ours.append(tgs)
             tflops.append(tf)
+            unclocked.append(ours_tgs(worker, preset, cfg, task, folder, time_phases=False)[0])
         if worker.is_main:
             print(f"\r{preset:>5}: bare loop tgs {max(bare):,.1f}  clusterbench tgs {max(ours):,.1f}  "
                   f"ratio {max(ours) / max(bare):.3f}  (TFLOPS/device {max(tflops):.4f}; "
-                  f"rounds bare {[round(x) for x in bare]} ours {[round(x) for x in ours]})", flush=True)
+                  f"rounds bare {[round(x) for x in bare]} ours {[round(x) for x in ours]})\n"
+                  f"{'':>7}phase clock: tgs {max(ours):,.1f} with, {max(unclocked):,.1f} without, "
+                  f"ratio {max(ours) / max(unclocked):.3f} (rounds without {[round(x) for x in unclocked]})",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
     checks = {c["check"]: c["status"] for c in doc["verdicts"]}
     # A CPU has no link table: the bandwidth check says it was not judged, rather than pass.
     assert checks == {"comm correctness": "PASS", "comm bandwidth": "SKIP", "training": "PASS",
-                      "MFU": "PASS", "loss alignment": "PASS"}
+                      "MFU": "PASS", "slow rank": "PASS", "loss alignment": "PASS"}
     assert (out / "report.html").stat().st_size > 10_000
     assert (out / "comm.csv").exists() and (out / "train_steps.csv").exists()
     assert "report: " in proc.stdout and "PASS: fit to train" in proc.stdout

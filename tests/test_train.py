@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import GPT2, assert_one_line_error, read_run, run_cli
 
+from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.rules import default_rules, evaluate
+from clusterbench.analyse.train import metrics
 from clusterbench.errors import UsageError
+from clusterbench.results.documents import RUN, read
+from clusterbench.results.schema import RankPhases
 from clusterbench.train import flops, models
 from clusterbench.train.data import share
 from clusterbench.train.loop import accumulation, split
@@ -73,6 +78,21 @@ def test_speed_figures_match_a_hand_computation(short_ref) -> None:
     assert s["tflops_per_device"] == pytest.approx(tflops, rel=1e-9)
     assert s["mfu"] == pytest.approx(tflops / 1.0) and s["peak_source"] == "given: --peak-tflops 1"
     assert s["padded_tgs"] is None and s["hfu"] is None  # packed rows, no recomputation
+
+
+def test_a_healthy_run_splits_each_rank_step_and_names_no_straggler(short_ref) -> None:
+    """Every rank's phases add up to its step, and the slow-rank rule passes (test_stragglers.py: a slow one)."""
+    _, run = short_ref
+    doc = read_run(run)
+    ranks = [RankPhases(**r) for r in doc["train"]["phases"]]
+    window = [r["seconds"] for r in doc["train_steps"] if r["in_window"]]
+    assert [p.rank for p in ranks] == [0, 1] and all(p.device == "cpu" and p.compute_s > 0 for p in ranks)
+    for p in ranks:
+        assert p.step_s == pytest.approx(sum(window) / len(window), rel=0.05)
+    m = Metrics()
+    metrics(read(run / "run.json", RUN), m)
+    (verdict,) = [r for r in evaluate(default_rules(), m) if r.rule == "slow rank"]
+    assert verdict.verdict == "PASS", verdict.detail
 
 
 def test_padded_rows_count_only_real_tokens(tmp_path: Path) -> None:

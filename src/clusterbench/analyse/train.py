@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from clusterbench.analyse import stragglers
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.results.schema import Run, Train, TrainSummary
 
@@ -16,6 +17,7 @@ def metrics(run: Run, m: Metrics) -> None:
     _task(run.train, m, "train")
     if run.train.summary is not None:
         _speed(run.train.summary, m)
+    _straggler(run.train, m)
 
 
 def canary_metrics(run: Run, m: Metrics) -> None:
@@ -58,3 +60,18 @@ def _speed(s: TrainSummary, m: Metrics) -> None:
         m.notes["train.mfu"] = f"{s.mfu:.1%} of {s.peak_source}"
     else:
         m.absent["train.mfu"] = "no FLOPs formula for this model (Llama-style configs only)"
+
+
+def _straggler(train: Train, m: Metrics) -> None:
+    """train.straggler.compute_ratio (the slowest rank's compute over the others' median) and
+    train.straggler.wait_share (the others' gradient-sync wait over their step), named in the note."""
+    if not train.phases:
+        m.absent["train.straggler.compute_ratio"] = "no per-rank phases in this run's train section"
+        return
+    why = stragglers.judge_reason(train.phases, train.config.parallel)
+    if why is not None:
+        m.absent["train.straggler.compute_ratio"] = why
+        return
+    found = stragglers.find(train.phases)
+    m.put("train.straggler.compute_ratio", found.ratio, stragglers.finding(found))
+    m.put("train.straggler.wait_share", found.others_wait_share)

@@ -289,3 +289,24 @@ def heatmap_plot(name: str, labels: Sequence[str], cells: Sequence[Sequence[floa
                     if v is not None and math.isfinite(v):
                         ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
     return inline_svg(fig, name)
+
+
+def phases_plot(name: str, labels: Sequence[str], phases: dict[str, Sequence[float]]) -> str:
+    """One horizontal bar per rank (first at the top), its step's phases stacked in order: a straggler's bar is
+    long in a compute phase, the others' are as long but in their wait."""
+    n = len(labels)
+    with styled():
+        fig, ax = plt.subplots(figsize=(6.4, min(9.0, 1.0 + 0.32 * n)))
+        rows = range(n)
+        left = [0.0] * n
+        for (phase, seconds), color in zip(phases.items(), PALETTE):
+            width = [s if math.isfinite(s) else 0.0 for s in seconds]
+            ax.barh(rows, width, left=left, color=color, label=phase, height=0.7)
+            left = [a + b for a, b in zip(left, width)]
+        ax.set_yticks(list(rows), labels, fontsize=7 if n > 12 else 8)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds per step")
+        ax.grid(True, axis="x", linewidth=0.6)
+        ax.set_axisbelow(True)
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(phases), fontsize=7, frameon=False)
+    return inline_svg(fig, name)

@@ -1,12 +1,14 @@
-"""The train section: speed cards, the loss curve against its reference, the alignment verdict."""
+"""The train section: speed cards, the loss curve against its reference, the alignment verdict, and each
+rank's step split into phases with the slowest rank named (analyse/stragglers.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from clusterbench.report.blocks import badge, card, cards, esc, facts, note, num, pct, section, table
-from clusterbench.report.plots import loss_plot
-from clusterbench.results.schema import Alignment, Train, TrainSummary
+from clusterbench.analyse import stragglers
+from clusterbench.report.blocks import badge, card, cards, details, esc, facts, note, num, pct, section, table
+from clusterbench.report.plots import loss_plot, phases_plot
+from clusterbench.results.schema import Alignment, RankPhases, Train, TrainSummary
 
 _CONFIG_KEYS = ("preset", "model_params", "parallel", "dtype", "world_size", "global_batch", "micro_batch",
                 "grad_accum", "seq_len", "packing", "steps", "warmup_steps", "lr", "seed", "task",
@@ -14,7 +16,7 @@ _CONFIG_KEYS = ("preset", "model_params", "parallel", "dtype", "world_size", "gl
 
 
 def plot_count(train: Train) -> int:
-    return 1 if train.losses else 0
+    return (1 if train.losses else 0) + (1 if train.phases else 0)
 
 
 def train_section(train: Train, anchor: str = "train", title: str = "Fine-tuning", lead: str = "") -> str:
@@ -29,12 +31,31 @@ def train_section(train: Train, anchor: str = "train", title: str = "Fine-tuning
     why = train.reference_note or "no reference curve for this task and preset"
     judged = _alignment(align) if align else note(f"Loss alignment was not judged: {esc(why)}.")
     body += f'<h3>Loss per optimizer step</h3><div class="op"><div>{plot}</div><div>{judged}</div></div>'
+    if train.phases:
+        body += _phases(train.phases, train.config.parallel, anchor)
     if s is None or s.status != "complete":
         status = "stopped before its summary" if s is None else s.stop_reason or s.status
         body += note(f"Training status: <b>{esc(status)}</b>.", "fail")
     lead = lead or ("tgs = real tokens / devices / second over the timed window (after warm-up); "
                     "MFU = model FLOPs per device per second / peak (activation recomputation is in HFU, not MFU).")
     return section(anchor, title, body, lead=lead)
+
+
+def _phases(ranks: list[RankPhases], parallel: str, anchor: str) -> str:
+    """Each rank's step as stacked phases, the slowest rank in words, the figures in a table."""
+    labels = [f"rank {p.rank} ({p.node}, {p.device})" for p in ranks]
+    columns = {"data": [p.data_s for p in ranks], "forward": [p.forward_s for p in ranks],
+               "backward": [p.backward_s for p in ranks], "sync": [p.sync_s for p in ranks],
+               "optimizer": [p.optimizer_s for p in ranks]}
+    plot = phases_plot(f"{anchor}-phases", labels, columns)
+    why = stragglers.judge_reason(ranks, parallel)
+    said = (f"Slowest rank: {esc(stragglers.finding(stragglers.find(ranks)))}." if why is None
+            else f"The slowest rank is not judged: {esc(why)}.")
+    rows = [[esc(label), *(num(p_s, 4) for p_s in (p.data_s, p.forward_s, p.backward_s, p.sync_s, p.optimizer_s,
+                                                  p.step_s))] for label, p in zip(labels, ranks)]
+    figures = table(["rank", *columns, "step"], rows)
+    return (f"<h3>Step time by rank</h3>{plot}{note(said)}"
+            f"{details('Seconds per timed step, by rank and phase', figures)}")
 
 
 def _speed_cards(s: TrainSummary) -> list[str]:

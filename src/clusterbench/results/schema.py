@@ -231,6 +231,28 @@ class Alignment:
     reasons: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RankPhases:
+    """One rank's timed-window step split by its own clocks, seconds per step (docs/methodology.md §4)."""
+
+    rank: int = field(metadata=NONNEGATIVE)
+    node: str
+    device: str
+    data_s: float = field(metadata=ELAPSED_S)  # the batch made and moved to the device
+    forward_s: float = field(metadata=ELAPSED_S)  # forward and loss, every micro-batch
+    backward_s: float = field(metadata=ELAPSED_S)  # this rank's backward compute
+    sync_s: float = field(metadata=ELAPSED_S)  # the rest of backward (gradient collectives) and the loss all-reduce
+    optimizer_s: float = field(metadata=ELAPSED_S)  # clip, step, zero_grad
+
+    @property
+    def step_s(self) -> float:
+        return self.data_s + self.forward_s + self.backward_s + self.sync_s + self.optimizer_s
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
 @dataclass
 class Train:
     config: TrainConfig
@@ -239,6 +261,7 @@ class Train:
     alignment: Alignment | None = None
     repeat_losses: list[list[float | None]] = field(default_factory=list)
     reference_note: str | None = None  # why no reference judged this run
+    phases: list[RankPhases] = field(default_factory=list)  # by rank; empty in runs made before it was recorded
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,6 @@ RANK_IMPORTS = ("clusterbench.train.measure", "clusterbench.train.job", *MODEL_I
 STAGE = Stage(
     name="train", options=options.TrainOptions, resolve=resolve, work=work, fills=("train", "train_steps"),
     add_arguments=options.add_arguments, metrics=train_metrics.metrics, report=report, conclude=conclude,
-    command="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment", checks=("training", "loss alignment"),
+    command="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment", checks=("training", "loss alignment", "slow rank"),
     imports=RANK_IMPORTS,
 )

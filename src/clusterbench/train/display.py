@@ -1,10 +1,11 @@
-"""What `clusterbench train` prints on rank 0: the header, the progress, the speed summary."""
+"""What `clusterbench train` prints on rank 0: the header, the progress, the speed summary, the ranks' phases."""
 
 from __future__ import annotations
 
 import sys
 
-from clusterbench.results.schema import Env, TrainConfig, TrainSummary
+from clusterbench.analyse import stragglers
+from clusterbench.results.schema import Env, RankPhases, TrainConfig, TrainSummary
 from clusterbench.train.loop import StepResult
 from clusterbench.units import human_bytes
 
@@ -75,4 +76,15 @@ def summary(s: TrainSummary) -> str:
         lines.append(f"  HFU (with recomputation)     {100 * s.hfu:.2f} %")
     memory = "-" if s.peak_memory_bytes is None else human_bytes(s.peak_memory_bytes, 4)
     lines.append(f"  peak memory per device       {memory} ({s.peak_memory_kind})")
+    return "\n".join(lines)
+
+
+def phases(ranks: list[RankPhases], parallel: str) -> str:
+    """Each rank's step split (seconds per timed step), then the slowest rank against the others."""
+    lines = ["# step by rank, s per step  data / forward / backward / sync / optimizer = step"]
+    for p in ranks:
+        split = " / ".join(f"{x:.4f}" for x in (p.data_s, p.forward_s, p.backward_s, p.sync_s, p.optimizer_s))
+        lines.append(f"  rank {p.rank:<3} {p.node} {p.device:<8} {split} = {p.step_s:.4f}")
+    why = stragglers.judge_reason(ranks, parallel)
+    lines.append(f"  slowest rank: {stragglers.finding(stragglers.find(ranks)) if why is None else f'not judged, {why}'}")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from clusterbench.devices import synchronize
 from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.train.data import IGNORE, SFTTask, share
+from clusterbench.train.phases import PhaseClock
 
 GRAD_CLIP = 1.0
 ADAM_BETAS = (0.9, 0.95)
@@ -62,6 +63,7 @@ class LoopResult:
     steps: list[StepResult]
     window_s: float
     status: str  # "complete" or "nan"
+    phases: dict[str, float]  # this rank's seconds per window step of each phase (train/phases.py)
 
 
 def accumulation(global_batch: int, world_size: int, micro_batch: int) -> int:
@@ -131,10 +133,13 @@ def sum_loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
 
 
 def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask,
-          on_step: Callable[[StepResult], None]) -> LoopResult:
-    """Run cfg.steps optimizer steps; stop early, status "nan", on a non-finite loss."""
+          on_step: Callable[[StepResult], None], time_phases: bool = True) -> LoopResult:
+    """Run cfg.steps optimizer steps; stop early, status "nan", on a non-finite loss. `time_phases`
+    False leaves the phase clock's marks out (bench/bench_train.py weighs what they cost)."""
     dev, world = worker.device, worker.world_size
     accum = accumulation(cfg.global_batch, world, cfg.micro_batch)
+    clock = PhaseClock(dev, time_phases)
+    clock.watch_embedding(model.get_input_embeddings())
     model = wrap(model, worker, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0)
     ramp = max(1, cfg.lr_warmup_steps)
@@ -147,12 +152,14 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
     status = "complete"
     for step in range(1, cfg.steps + 1):
         start = time.perf_counter()
+        clock.begin()
         batch = task.batch(step - 1, cfg.global_batch, worker.rank, world)
         ids, labels = batch.input_ids.to(dev), batch.labels.to(dev)
         # Packed rows need no mask, and without one SDPA takes its fast causal path.
         mask = None if batch.real_tokens == ids.numel() else batch.attention_mask.to(dev)
         real_tokens, loss_tokens = task.global_counts(step - 1, cfg.global_batch)
         scale = world / loss_tokens  # gradient averaging divides by world again
+        clock.mark("data")
 
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         for i in range(accum):
@@ -162,16 +169,21 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
                     loss = sum_loss(model, ids[rows], labels[rows], None if mask is None else mask[rows])
                 if faults.poisoned(step, worker.rank):
                     loss = loss * float("nan")
-                (loss * scale).backward()
+                clock.mark("forward")
+                (loss * scale).backward()  # the embedding's hook marks "backward" inside
+                clock.mark("sync")
             loss_sum += loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        clock.mark("optimizer")
         dist.all_reduce(loss_sum)
+        clock.mark("sync")
         mean_loss = loss_sum.item() / loss_tokens
         synchronize(dev)
         now = time.perf_counter()
+        clock.end(step > cfg.warmup_steps)
 
         result = StepResult(step, mean_loss, cfg.global_batch * task.seq_len, real_tokens, loss_tokens,
                             now - start, step > cfg.warmup_steps)
@@ -184,7 +196,7 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
             break
     synchronize(dev)
     window_s = time.perf_counter() - window_start if any(r.in_window for r in results) else 0.0
-    return LoopResult(results, window_s, status)
+    return LoopResult(results, window_s, status, clock.means())
 
 
 def out_of_memory(exc: BaseException, cfg: LoopConfig, seq_len: int) -> UsageError | None:

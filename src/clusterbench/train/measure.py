@@ -2,8 +2,9 @@
 
 Rank 0 prints the progress and records each step as it arrives (at most one run-folder write
 a second, so recording never slows the steps it times), then the speed summary, into the
-section of run.json its stage hands it. Judging the curve is left to the stage's conclusion,
-after the ranks.
+section of run.json its stage hands it. Each rank's step split into phases (train/phases.py)
+reaches rank 0 in one gather after the first run, never per step. Judging the curve is left
+to the stage's conclusion, after the ranks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from clusterbench.devices import device_name
 from clusterbench.dist import Worker
 from clusterbench.rank import Rank
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import StepRow, Train, TrainConfig, TrainSummary
+from clusterbench.results.schema import RankPhases, StepRow, Train, TrainConfig, TrainSummary
 from clusterbench.train import display, flops, models
 from clusterbench.train.data import SFTTask, load_task
 from clusterbench.train.job import TrainJob
@@ -48,12 +49,14 @@ def measure(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
         if folder is not None:
             folder.flush()  # the steps measured so far survive any failure
     memory, kind = peak_memory(worker)
+    phases = gather_phases(worker, first) if first is not None else []
     if folder is None or first is None:
         return
     summary = replace(_summary(first, config, job, worker.world_size, peak), peak_memory_bytes=memory,
                       peak_memory_kind=kind)
-    keep(folder, Train(config=config, summary=summary, losses=curves[0], repeat_losses=curves[1:]))
+    keep(folder, Train(config=config, summary=summary, losses=curves[0], repeat_losses=curves[1:], phases=phases))
     rank.say(display.summary(summary))
+    rank.say(display.phases(phases, config.parallel))
 
 
 def _repeats(rank: Rank, job: TrainJob, task: SFTTask, keep: Keep,
@@ -121,6 +124,14 @@ def choose_peak(worker: Worker, job: TrainJob) -> flops.Peak:
     (total,) = _reduce(worker, [m.tflops], dist.ReduceOp.SUM)
     mean = total / worker.world_size
     return flops.Peak(mean, flops.measured_source(m.n, dtype, mean, worker.world_size))
+
+
+def gather_phases(worker: Worker, result: LoopResult) -> list[RankPhases]:
+    """Every rank's phase means, on every rank, in one all_gather_object; rank order."""
+    everyone: list[tuple[str, dict[str, float]] | None] = [None] * worker.world_size
+    dist.all_gather_object(everyone, (str(worker.device), result.phases))
+    return [RankPhases(rank=m.rank, node=m.node, device=device, **{f"{p}_s": s for p, s in means.items()})
+            for m, (device, means) in zip(worker.members, everyone)]
 
 
 def peak_memory(worker: Worker) -> tuple[int, str]:
