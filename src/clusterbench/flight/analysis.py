@@ -138,15 +138,21 @@ def _mismatch(pg: str, seqs: dict[int, dict[int, list[Entry]]], hosts: dict[int,
 
 def _collectives(pg: str, members: list[int], dumps: dict[int, Dump], hosts: dict[int, str | None]) -> list[Finding]:
     seqs: dict[int, dict[int, list[Entry]]] = {}  # seq -> rank -> its entries at seq (several when coalesced)
+    mine: dict[int, list[Entry]] = {}
+    for r in members:
+        mine[r] = [e for e in dumps[r].entries if e.pg == pg and not e.is_p2p] if r in dumps else []
+        for e in mine[r]:
+            seqs.setdefault(e.seq, {}).setdefault(r, []).append(e)
+    # A collective that completed on one member was entered by all: where another's entry of it still
+    # reads pending, its record lagged (Gloo retires an op when its work object is next looked at), and
+    # the group is not stuck there.
+    ended = {seq for seq, by_rank in seqs.items() if any(all(e.done for e in es) for es in by_rank.values())}
     frontier: dict[int, int] = {}
     last: dict[int, int] = {}
-    for r in members:
-        mine = [e for e in dumps[r].entries if e.pg == pg and not e.is_p2p] if r in dumps else []
-        for e in mine:
-            seqs.setdefault(e.seq, {}).setdefault(r, []).append(e)
-        if mine:
-            last[r] = max(e.seq for e in mine)
-            pending = [e.seq for e in mine if not e.done]
+    for r, entries in mine.items():
+        if entries:
+            last[r] = max(e.seq for e in entries)
+            pending = [e.seq for e in entries if not e.done and e.seq not in ended]
             frontier[r] = min(pending) if pending else last[r] + 1
     if not frontier:
         return []
