@@ -73,7 +73,7 @@ def test_a_run_without_nccl_or_a_missing_target_is_one_line(tmp_path: Path) -> N
     # links between nodes over sockets, their ends placed by the log, the reasons it gives
     ("nccl-2.4.7-aws-socket-64ranks.log", ["ip-172-31-0-119 (rank 35)", '"NET/IB : No device found."',
                                            "ibv_devinfo", "NCCL_NET_PLUGIN"]),
-    ("nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log", ["ip-172-31-0-63 (ranks 0, 2, 3)",
+    ("nccl-2.7-2.11-socket-openmpi-tagged-2nodes.log", ["ip-172-31-0-63 (ranks 0, 2-3)",
                                                         "ip-172-31-12-129 (rank 4)", "does not say why"]),
     # one hostname for 16 ranks on 2 nodes: the peers it does not show are said to be elsewhere
     ("nccl-2.18-ib-not-found-socket-16ranks-one-hostname.log", ["<cluster_name> (ranks 8, 15)",

@@ -21,6 +21,7 @@ from clusterbench.registry import expected_plots, render_report
 from clusterbench.results.documents import RUN, read
 from clusterbench.results.folder import load_run
 from clusterbench.results.schema import RankPhases
+from clusterbench.train import display
 
 ARGS = ["train", "--steps", "6", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "1",
         "--peak-tflops", "1"]
@@ -115,3 +116,12 @@ def test_the_slowest_rank_is_judged_against_the_median_of_the_others() -> None:
     assert stragglers.judge_reason(_ranks(0.1), "ddp") == "one rank: no other rank to wait for it"
     assert "all-gather" in stragglers.judge_reason(_ranks(0.1, 0.2), "fsdp")
     assert stragglers.judge_reason(_ranks(0.1, 0.2), "ddp") is None
+
+
+def test_a_large_job_prints_its_slowest_ranks_not_every_rank() -> None:
+    ranks = [RankPhases(rank=r, node=f"node{r // 8}", device=f"cuda:{r % 8}", data_s=0.001, forward_s=0.1,
+                        backward_s=0.2 + (0.1 if r == 37 else 0.0), sync_s=0.05, optimizer_s=0.01) for r in range(64)]
+    lines = display.phases(ranks, "ddp").splitlines()
+    assert lines[0].startswith(f"# step the {display.PHASE_ROWS} slowest of 64 ranks by compute")
+    assert len(lines) == display.PHASE_ROWS + 2 and lines[1].startswith("  rank 37  node4 cuda:5")
+    assert "slowest rank: rank 37 (node node4, cuda:5) computes 1.33x" in lines[-1]

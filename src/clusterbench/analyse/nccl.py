@@ -21,6 +21,7 @@ from clusterbench.analyse.links import active_rdma
 from clusterbench.analyse.nccl_sockets import is_socket as _is_socket
 from clusterbench.results.nccl import NcclFacts, NcclPeer
 from clusterbench.results.schema import Run
+from clusterbench.units import ranks_text
 
 HOSTS_SHOWN = 4  # hosts the picture's placement names; the rest are counted
 
@@ -108,7 +109,7 @@ def _seen(facts: NcclFacts) -> str:
 def _by_host(hosts: list[tuple[str, set[int]]], kind: str) -> str:
     """'ranks 0-3 on a; rank 4 on b; 9 more ranks on 3 more hosts'."""
     def ranks(found: set[int]) -> str:
-        return f"{kind}rank{'s' if len(found) > 1 else ''} {nccl_sockets.ranks_text(found)}"
+        return f"{kind}{ranks_text(sorted(found))}"
     shown = [f"{ranks(found)} on {host}" for host, found in hosts[:HOSTS_SHOWN]]
     rest = hosts[HOSTS_SHOWN:]
     if rest:

@@ -17,6 +17,7 @@ and that says "Using network Socket" is judged by that.
 from __future__ import annotations
 
 from clusterbench.results.nccl import NcclFacts, NcclPeer
+from clusterbench.units import ranks_text
 
 NAMED = 4  # hosts named in a finding; the rest are counted
 
@@ -48,17 +49,6 @@ def between_nodes(facts: NcclFacts, peer: NcclPeer, where: dict[int, str]) -> bo
     return facts.nodes != 1
 
 
-def ranks_text(ranks: set[int]) -> str:
-    """0-3, 6: runs of consecutive ranks shortened."""
-    runs: list[list[int]] = []
-    for rank in sorted(ranks):
-        if runs and rank == runs[-1][-1] + 1:
-            runs[-1].append(rank)
-        else:
-            runs.append([rank])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
-
-
 def _ends(links: list[NcclPeer], where: dict[int, str]) -> str:
     """The hosts and ranks the links join: 'node0 (ranks 0, 2) and node2 (ranks 1, 3)'."""
     by_host: dict[str, set[int]] = {}
@@ -66,12 +56,12 @@ def _ends(links: list[NcclPeer], where: dict[int, str]) -> str:
         for rank in (link.src_rank, link.dst_rank):
             if rank is not None:
                 by_host.setdefault(where.get(rank, ""), set()).add(rank)
-    named = [f"{host} (rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)})"
+    named = [f"{host} ({ranks_text(sorted(ranks))})"
              for host, ranks in by_host.items() if host]
     more = len(named) - NAMED
     named = named[:NAMED] + ([f"{more} more host(s)"] if more > 0 else [])
     if "" in by_host:
-        named.append(f"ranks {ranks_text(by_host[''])} on hosts this log does not show")
+        named.append(f"{ranks_text(sorted(by_host['']))} on hosts this log does not show")
     return " and ".join(named)
 
 

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from clusterbench.flight.dumps import Dump, Entry
+from clusterbench.units import ranks_text
 
 # Ops whose shapes differ between ranks by design (uneven splits, a root's list): judged on op and dtype.
 UNEVEN = frozenset({"all_to_all", "all_to_all_single", "all_to_all_v_single", "alltoall", "alltoall_base",
@@ -46,18 +47,6 @@ class Finding:
     @property
     def fails(self) -> bool:
         return self.kind in ("culprit", "mismatch", "p2p")
-
-
-def ranks_text(ranks: list[int] | set[int]) -> str:
-    """"rank 2", "ranks 0-1, 4-7": runs of consecutive ranks folded."""
-    ordered, runs = sorted(ranks), []
-    for r in ordered:
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
-    body = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
-    return f"rank {body}" if len(ordered) == 1 else f"ranks {body}"
 
 
 def _dtype(name: str) -> str:

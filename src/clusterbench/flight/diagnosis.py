@@ -12,6 +12,7 @@ from pathlib import Path
 
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.flight import analysis, dumps
+from clusterbench.units import ranks_text
 
 
 def is_dump_folder(path: Path) -> bool:
@@ -46,12 +47,12 @@ def diagnose(path: Path) -> tuple[list[str], int]:
     folder = dumps.read_folder(Path(path))
     ranks = [d.rank for d in folder.dumps]
     versions = sorted({d.version for d in folder.dumps})
-    head = (f"Flight Recorder dumps of {analysis.ranks_text(ranks)} in {path} (format {', '.join(versions)}; "
+    head = (f"Flight Recorder dumps of {ranks_text(ranks)} in {path} (format {', '.join(versions)}; "
             f"{_backends(folder)}; {_hosts(folder)})")
     lines = [head]
     missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
     if missing:
-        lines.append(f"  no dump from {analysis.ranks_text(missing)}")
+        lines.append(f"  no dump from {ranks_text(missing)}")
     lines += [f"  note: {n}" for n in folder.notes]
     found = analysis.analyse(folder.dumps)
     if not any(d.entries for d in folder.dumps):

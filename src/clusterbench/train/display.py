@@ -79,10 +79,16 @@ def summary(s: TrainSummary) -> str:
     return "\n".join(lines)
 
 
+# Ranks listed by name; a larger job lists its slowest by compute (every rank is in run.json's train.phases).
+PHASE_ROWS = 16
+
+
 def phases(ranks: list[RankPhases], parallel: str) -> str:
     """Each rank's step split (seconds per timed step), then the slowest rank against the others."""
-    lines = ["# step by rank, s per step  data / forward / backward / sync / optimizer = step"]
-    for p in ranks:
+    shown = ranks if len(ranks) <= PHASE_ROWS else sorted(ranks, key=lambda p: p.compute_s, reverse=True)[:PHASE_ROWS]
+    which = "by rank" if shown is ranks else f"the {PHASE_ROWS} slowest of {len(ranks)} ranks by compute"
+    lines = [f"# step {which}, s per step  data / forward / backward / sync / optimizer = step"]
+    for p in shown:
         split = " / ".join(f"{x:.4f}" for x in (p.data_s, p.forward_s, p.backward_s, p.sync_s, p.optimizer_s))
         lines.append(f"  rank {p.rank:<3} {p.node} {p.device:<8} {split} = {p.step_s:.4f}")
     why = stragglers.judge_reason(ranks, parallel)
