@@ -11,6 +11,7 @@ interface that routes to rank 0 is the one that reaches the others.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import fcntl
 import math
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from clusterbench.args import clipped
+from clusterbench.args import clipped, real
 from clusterbench.devices import local_device_count
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.rendezvous import RESOLVE_S, Member, answer_within
@@ -108,12 +109,9 @@ def _rendezvous_from_env() -> float:
     if not text:
         return RENDEZVOUS_S
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{RENDEZVOUS_ENV}={clipped(text)!r}: give a positive number of seconds")
-    return value
+        return real()(text)  # as --rendezvous-timeout's own values are read: finite, above 0
+    except argparse.ArgumentTypeError:
+        raise UsageError(f"{RENDEZVOUS_ENV}={clipped(text)!r}: give a positive number of seconds") from None
 
 
 def _is_registered(backend: str) -> bool:

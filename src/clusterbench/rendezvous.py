@@ -154,8 +154,12 @@ class Rendezvous:
                 f"({where}); {absent} never came")
 
     def _present(self, kind: str) -> dict[int, str]:
+        return {r: value.decode() for r, value in self._left(kind).items()}
+
+    def _left(self, kind: str) -> dict[int, bytes]:
+        """What each rank left under `kind`, by rank: those that left nothing are absent."""
         keys = {r: self._key(kind, r) for r in range(self.world_size)}
-        return {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
+        return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
 
     def at(self, rank: int, where: str) -> None:
         self.store.set(self._key("at", rank), where)
@@ -194,8 +198,7 @@ class Rendezvous:
 
     def records(self) -> dict[int, bytes]:
         """The Flight Recorder dumps the ranks left, by rank."""
-        keys = {r: self._key("flight", r) for r in range(self.world_size)}
-        return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
+        return self._left("flight")
 
 
 def check_address(addr: str, within_s: float = RESOLVE_S) -> None:

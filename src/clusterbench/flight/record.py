@@ -23,12 +23,12 @@ import os
 import pickle
 import re
 import socket
-import tempfile
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
 from clusterbench.errors import RunFailed
+from clusterbench.results import documents
 
 # Entries kept per rank: the last collectives of every group with room to spare for a sweep's steps.
 DEFAULT_BUFFER = 256
@@ -83,18 +83,11 @@ def trace(rank: int) -> bytes:
 
 
 def write(rank: int, data: bytes, folder: Path) -> Path:
-    """A rank's dump (`trace`'s bytes) written atomically to folder/nccl_trace_rank_<rank>; its path."""
+    """A rank's dump (`trace`'s bytes) written atomically to folder/nccl_trace_rank_<rank>, with the run
+    folder's file mode; its path."""
     target = path_of(rank, folder)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600 files; torch's dumps are readable by the job's operators
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    documents.atomic_write(target, data)
     return target
 
 

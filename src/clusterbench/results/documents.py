@@ -189,13 +189,13 @@ def write_failure(path: Path, e: OSError, label: str) -> Exception:
     return UsageError(f"{label}: cannot write {path} ({why})")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of one."""
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Readers see the old file or the new one, never half of one. Text is written as UTF-8."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600 files
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
