@@ -94,7 +94,7 @@ def fleet_section(fleet: Fleet) -> str:
         extra += details(f"the search: {len(fleet.search)} parts measured", table(
             ["nodes", "busbw Gbps"], [[esc(", ".join(g.nodes)), num(g.busbw_gbps)] for g in fleet.search]))
     for title, lines in (("flaky links (reported, nobody excluded)", fleet.flaky),
-                         ("bad links (their nodes are otherwise fine)", fleet.bad_links)):
+                         ("bad links (to look at; nobody excluded for them)", fleet.bad_links)):
         if lines:
             extra += f"<h3>{esc(title)}</h3><ul>" + "".join(f"<li>{esc(t)}</li>" for t in lines) + "</ul>"
     if fleet.odd_facts:

@@ -131,6 +131,6 @@ class Fleet:
     odd_facts: list[OddFact] = field(default_factory=list)
     divergences: list[Divergence] = field(default_factory=list)
     flaky: list[str] = field(default_factory=list)  # pairs slow once and normal on retest
-    bad_links: list[str] = field(default_factory=list)  # pairs slow twice whose nodes are otherwise fine
+    bad_links: list[str] = field(default_factory=list)  # pairs slow twice through a fault of their own
     excluded: list[Exclusion] = field(default_factory=list)
     exclude: str = ""  # the excluded nodes in Slurm's host-list form

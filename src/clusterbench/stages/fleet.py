@@ -126,7 +126,7 @@ def conclude(run: Run, job: FleetJob) -> None:
     for text in fleet.flaky:
         print(f"  flaky link (reported, nobody excluded): {text}")
     for text in fleet.bad_links:
-        print(f"  bad link (its nodes are otherwise fine): {text}")
+        print(f"  bad link (to look at; nobody excluded for it): {text}")
     for odd in fleet.odd_facts:
         print(f"  odd {odd.fact}: {', '.join(f'{n} {v}' for n, v in zip(odd.nodes, odd.values))} "
               f"(majority: {odd.majority})")
