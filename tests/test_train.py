@@ -171,13 +171,20 @@ def test_every_rank_runs_as_many_micro_batches_none_empty() -> None:
 
 
 def test_fsdp_with_checkpointing_aligns(short_ref, tmp_path: Path) -> None:
-    ref, _ = short_ref
+    """Built on meta and filled shard by shard, FSDP starts from DDP's weights: the first loss is bitwise the same."""
+    ref, ddp_run = short_ref
     proc = train(tmp_path / "fsdp", *SHORT, "--parallel", "fsdp", "--activation-checkpointing",
                  "--reference", str(ref))
     assert proc.returncode == 0, proc.stderr
     t = read_run(tmp_path / "fsdp")["train"]
     assert t["config"]["parallel"] == "fsdp" and t["alignment"]["mre"] < 1e-3
+    ddp = read_run(ddp_run)["train"]
+    assert t["losses"][0] == ddp["losses"][0]
     s = t["summary"]
+    assert s["weights"] == "fresh weights replayed per shard" and "weights                      fresh" in proc.stdout
+    params = t["config"]["model_params"]
+    assert s["model_state_bytes"] == -(-16 * params // 2) and ddp["summary"]["model_state_bytes"] == 20 * params
+    assert "sharded over 2 ranks" in proc.stdout
     assert s["hfu"] == pytest.approx(s["mfu"] * flops.recompute_flops(flops.dims_of(t["config"]["model_config"]),
                                                                         256, 8 * 32**2)
                                      / s["flops_per_step"], rel=1e-9)

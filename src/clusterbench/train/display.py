@@ -6,6 +6,7 @@ import sys
 
 from clusterbench.analyse import stragglers
 from clusterbench.results.schema import Env, RankPhases, TrainConfig, TrainSummary
+from clusterbench.train import memory
 from clusterbench.train.loop import StepResult
 from clusterbench.units import human_bytes
 
@@ -58,7 +59,7 @@ def header(c: TrainConfig, env: Env) -> str:
             f"{', activation checkpointing' if c.activation_checkpointing else ''}")
 
 
-def summary(s: TrainSummary) -> str:
+def summary(s: TrainSummary, c: TrainConfig) -> str:
     lines = [
         f"# steps {s.steps_done}, status {s.status}",
         f"  tokens (real, timed window)  {s.tokens:,} in {s.window_s:.3f} s",
@@ -74,8 +75,14 @@ def summary(s: TrainSummary) -> str:
     ]
     if s.hfu is not None:
         lines.append(f"  HFU (with recomputation)     {100 * s.hfu:.2f} %")
-    memory = "-" if s.peak_memory_bytes is None else human_bytes(s.peak_memory_bytes, 4)
-    lines.append(f"  peak memory per device       {memory} ({s.peak_memory_kind})")
+    peak = "-" if s.peak_memory_bytes is None else human_bytes(s.peak_memory_bytes, 4)
+    lines.append(f"  peak memory per device       {peak} ({s.peak_memory_kind})")
+    if s.model_state_bytes is not None and c.model_params is not None:
+        state_text = memory.model_state(c.model_params, c.world_size, c.parallel).text(c.model_params)
+        lines.append(f"  model state per rank         {human_bytes(s.model_state_bytes, 4)} (parameters, gradients, "
+                     f"AdamW: {state_text})")
+    if s.weights:
+        lines.append(f"  weights                      {s.weights}")
     return "\n".join(lines)
 
 

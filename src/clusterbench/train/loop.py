@@ -26,6 +26,7 @@ from clusterbench.devices import synchronize
 from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.train.data import IGNORE, SFTTask, share
+from clusterbench.train.models import Fill
 from clusterbench.train.phases import PhaseClock
 
 GRAD_CLIP = 1.0
@@ -93,24 +94,42 @@ def split(global_batch: int, world_size: int, most: int) -> tuple[int, int]:
     return -(-largest_share // accum), accum
 
 
-def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig) -> torch.nn.Module:
-    """Move to the device and apply the data-parallel wrapper."""
+def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig, fill: Fill | None = None) -> torch.nn.Module:
+    """Move to the device and apply the data-parallel wrapper. Under FSDP, `fill` gives a model built
+    on meta its weights once sharded (train/models.py: build_unfilled)."""
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     if cfg.parallel == "fsdp":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
-        model.to(worker.device)
-        for layer in getattr(model.get_decoder(), "layers", []):
-            fully_shard(layer, mp_policy=mp)
-        return fully_shard(model, mp_policy=mp)
+        if fill is None:
+            model.to(worker.device)
+        model = shard(model, cfg)
+        if fill is not None:
+            fill(model, worker.device)
+        return model
     from torch.nn.parallel import DistributedDataParallel
 
     model.to(worker.device)
     ids = [worker.device] if worker.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def shard(model: torch.nn.Module, cfg: LoopConfig) -> torch.nn.Module:
+    """FSDP2 over each decoder layer, the input embedding, and the final norm with the output layer,
+    so that no group but the one running is held whole (the root alone would keep the embedding and
+    the output layer gathered from forward to backward). Tied input and output weights stay in the
+    root's group: one parameter cannot be sharded by two."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
+    decoder = model.get_decoder()
+    for layer in getattr(decoder, "layers", []):
+        fully_shard(layer, mp_policy=mp)
+    embed, out, norm = model.get_input_embeddings(), model.get_output_embeddings(), getattr(decoder, "norm", None)
+    if out is not None and out.weight is not embed.weight:
+        fully_shard(embed, mp_policy=mp)
+        fully_shard([m for m in (norm, out) if m is not None], mp_policy=mp)
+    return fully_shard(model, mp_policy=mp)
 
 
 @contextmanager
@@ -133,14 +152,15 @@ def sum_loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
 
 
 def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask,
-          on_step: Callable[[StepResult], None], time_phases: bool = True) -> LoopResult:
+          on_step: Callable[[StepResult], None], time_phases: bool = True, fill: Fill | None = None) -> LoopResult:
     """Run cfg.steps optimizer steps; stop early, status "nan", on a non-finite loss. `time_phases`
-    False leaves the phase clock's marks out (bench/bench_train.py weighs what they cost)."""
+    False leaves the phase clock's marks out (bench/bench_train.py weighs what they cost); `fill`
+    is wrap()'s."""
     dev, world = worker.device, worker.world_size
     accum = accumulation(cfg.global_batch, world, cfg.micro_batch)
     clock = PhaseClock(dev, time_phases)
     clock.watch_embedding(model.get_input_embeddings())
-    model = wrap(model, worker, cfg)
+    model = wrap(model, worker, cfg, fill)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0)
     ramp = max(1, cfg.lr_warmup_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / ramp))
@@ -204,5 +224,7 @@ def out_of_memory(exc: BaseException, cfg: LoopConfig, seq_len: int) -> UsageErr
     if not is_out_of_memory(exc):
         return None
     hint = "" if cfg.activation_checkpointing else ", or add --activation-checkpointing"
+    if cfg.parallel == "ddp":
+        hint += ", or shard the model with --parallel fsdp (DDP keeps the whole model, its gradients and AdamW's state on every rank)"
     return UsageError(f"out of memory with --micro-batch {cfg.micro_batch} and --seq-len {seq_len}: "
                       f"lower --micro-batch or --seq-len{hint}")

@@ -22,7 +22,7 @@ from clusterbench.dist import Worker
 from clusterbench.rank import Rank
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import RankPhases, StepRow, Train, TrainConfig, TrainSummary
-from clusterbench.train import display, flops, models
+from clusterbench.train import deferred, display, flops, host_memory, memory, models
 from clusterbench.train.data import SFTTask, load_task
 from clusterbench.train.job import TrainJob
 from clusterbench.train.loop import LoopResult, StepResult, out_of_memory, train
@@ -36,6 +36,7 @@ def measure(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
     worker, folder = rank.worker, rank.folder
     if worker.device.type == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
+        host_memory.return_freed_blocks()  # the peak RSS is then the training state's (train/host_memory.py)
     rank.progress.at("loading data")
     opts = job.options
     task = load_task(opts.data, opts.tokenizer, job.seq_len, opts.packing, opts.seed)
@@ -44,34 +45,37 @@ def measure(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
     exact = job.exact_float32 and worker.device.type == "cuda"
     try:
         with float32_matmuls() if exact else nullcontext():
-            first, config, curves = _repeats(rank, job, task, keep, step_rows)
+            first, config, curves, built = _repeats(rank, job, task, keep, step_rows)
     finally:
         if folder is not None:
             folder.flush()  # the steps measured so far survive any failure
-    memory, kind = peak_memory(worker)
+    peak_bytes, kind = peak_memory(worker)
     phases = gather_phases(worker, first) if first is not None else []
     if folder is None or first is None:
         return
-    summary = replace(_summary(first, config, job, worker.world_size, peak), peak_memory_bytes=memory,
-                      peak_memory_kind=kind)
+    state = memory.model_state(config.model_params, worker.world_size, job.loop.parallel)
+    summary = replace(_summary(first, config, job, worker.world_size, peak), peak_memory_bytes=peak_bytes,
+                      peak_memory_kind=kind, model_state_bytes=state.bytes, weights=built)
     keep(folder, Train(config=config, summary=summary, losses=curves[0], repeat_losses=curves[1:], phases=phases))
-    rank.say(display.summary(summary))
+    rank.say(display.summary(summary, config))
     rank.say(display.phases(phases, config.parallel))
 
 
 def _repeats(rank: Rank, job: TrainJob, task: SFTTask, keep: Keep,
-             step_rows: bool) -> tuple[LoopResult | None, TrainConfig, list[list[float]]]:
+             step_rows: bool) -> tuple[LoopResult | None, TrainConfig, list[list[float]], str]:
     """The task --repeats times from the same seed, the first recorded step by step; stops at a run
-    that does not complete. Returns the first run's result, its config and every run's curve."""
+    that does not complete. Returns the first run's result, its config, every run's curve and where
+    the weights came from."""
     worker, folder = rank.worker, rank.folder
-    config, first, curves = job.config, None, []
+    config, first, curves, built = job.config, None, [], ""
     for k in range(job.options.repeats):
         rank.progress.at(f"building the model (run {k + 1})")
-        model = models.build(job.model, job.options.seed)
+        model, fill, built = _build(job)
         config = replace(config, model_params=models.count_params(model), model_config=model.config.to_dict())
         recorder = _Recorder(rank, config, keep, step_rows) if k == 0 and folder is not None else None
         try:
-            outcome = train(worker, job.loop, model, task, recorder.step if recorder else (lambda r: None))
+            outcome = train(worker, job.loop, model, task, recorder.step if recorder else (lambda r: None),
+                            fill=fill)
         except (torch.OutOfMemoryError, RuntimeError) as e:
             raise out_of_memory(e, job.loop, job.seq_len) or e
         del model
@@ -79,7 +83,19 @@ def _repeats(rank: Rank, job: TrainJob, task: SFTTask, keep: Keep,
         first = first or outcome
         if outcome.status != "complete":
             break
-    return first, config, curves
+    return first, config, curves, built
+
+
+def _build(job: TrainJob) -> tuple[torch.nn.Module, models.Fill | None, str]:
+    """The model, how it gets its weights once wrapped (None: it has them), and that said in words.
+    Under FSDP no rank holds the whole model where it can be helped (models.build_unfilled)."""
+    if job.loop.parallel == "fsdp":
+        try:
+            unfilled = models.build_unfilled(job.model, job.options.seed)
+            return unfilled.model, unfilled.fill, unfilled.how
+        except deferred.NotReplayable as e:
+            return models.build(job.model, job.options.seed), None, f"built whole on every rank: {e}"
+    return models.build(job.model, job.options.seed), None, "built whole on every rank (DDP keeps a whole copy)"
 
 
 def _summary(result: LoopResult, config: TrainConfig, job: TrainJob, world: int, peak: flops.Peak) -> TrainSummary:

@@ -5,7 +5,9 @@ surface before any rank starts and the spec pickles cheaply to every rank; for p
 does so without importing transformers (seconds of start-up on a small machine). Each rank then
 builds the model on the CPU right after torch.manual_seed(seed): CPU initialisation does
 not depend on the thread count or the world size, so every rank of every world size starts
-from bitwise the same weights, and the model is moved to its device afterwards.
+from bitwise the same weights, and the model is moved to its device afterwards. A model to be
+sharded is built with its parameters on meta instead (`build_unfilled`), and each rank fills only
+its shards once sharded: the same weights, without the whole model on any rank.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import torch
 
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents as inputs
+from clusterbench.train import deferred
 from clusterbench.train.presets import PRESETS
 
 # Config keys that do not change the computation; left out of the hash that identifies a model.
@@ -143,21 +148,60 @@ def _first_line(e: BaseException, limit: int = 200) -> str:
 
 def build(spec: ModelSpec, seed: int) -> torch.nn.Module:
     """The model on the CPU in float32: seeded fresh weights, or the checkpoint's."""
+    return _built(spec, seed, lambda: _construct(spec))
+
+
+def _construct(spec: ModelSpec) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(**spec.config)
+    if spec.path is not None:
+        return AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True, dtype=torch.float32)
+    return AutoModelForCausalLM.from_config(AutoConfig.for_model(**spec.config), dtype=torch.float32)
+
+
+def _built(spec: ModelSpec, seed: int, construct: Callable[[], torch.nn.Module]) -> torch.nn.Module:
     torch.manual_seed(seed)
     try:
-        if spec.path is not None:
-            model = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True,
-                                                         dtype=torch.float32)
-        else:
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = construct()
     except (OSError, ValueError) as e:
         first = (str(e).strip().splitlines() or ["cannot build"])[0]
         raise UsageError(f"model {spec.name}: {first}") from None
     model.config.use_cache = False  # no KV cache during training
     return model
+
+
+Fill = Callable[[torch.nn.Module, torch.device], None]  # gives a sharded model on meta its weights
+
+
+@dataclass(frozen=True)
+class Unfilled:
+    """A model with its parameters on meta, and how each rank fills its own shards once it is sharded."""
+
+    model: torch.nn.Module
+    fill: Fill
+    how: str  # for the record: where the weights came from
+
+
+def build_unfilled(spec: ModelSpec, seed: int) -> Unfilled:
+    """The model to shard, never whole on a rank: fresh weights are replayed into each shard
+    (train/deferred.py); a checkpoint is read by rank 0 alone and its shards sent to the others,
+    since its bytes exist once, in a file, and not as a seed. deferred.NotReplayable when the build
+    does something a replay cannot repeat: the caller then builds the model whole."""
+    if spec.path is not None:
+        model, _ = deferred.build_on_meta(lambda: _built(spec, seed, lambda: _construct(replace(spec, path=None))),
+                                          record=False)
+        return Unfilled(model, partial(_broadcast_checkpoint, spec), "checkpoint read by rank 0, shards broadcast")
+    model, recording = deferred.build_on_meta(lambda: _built(spec, seed, lambda: _construct(spec)))
+    return Unfilled(model, partial(deferred.materialise, recording=recording), "fresh weights replayed per shard")
+
+
+def _broadcast_checkpoint(spec: ModelSpec, model: torch.nn.Module, device: torch.device) -> None:
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    deferred.allocate(model, device)
+    full = build(spec, 0).state_dict() if dist.get_rank() == 0 else {}
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
 
 def count_params(model: torch.nn.Module) -> int:
