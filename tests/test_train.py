@@ -278,3 +278,23 @@ def test_align_refuses_mismatch_and_non_train_runs(short_ref, tmp_path: Path) ->
                           "global batch 16, this run has 8")
     assert_one_line_error(run_cli("align", str(tmp_path / "none"), "--reference", "tiny-cpu-float32"), 2,
                           "no run found")
+
+
+def test_levers_leave_the_task_as_it_is(short_ref, tmp_path: Path) -> None:
+    """Selective checkpointing, layers kept gathered and fused AdamW change how the step runs, not what
+    it computes: the run starts from the reference's loss and stays on its curve."""
+    ref, ddp_run = short_ref
+    proc = train(tmp_path / "levers", *SHORT, "--parallel", "fsdp", "--activation-checkpointing", "selective",
+                 "--no-reshard-after-forward", "--fused-adamw", "--reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    assert "selective activation checkpointing, fused AdamW, layers kept gathered from forward to backward" in proc.stdout
+    t = read_run(tmp_path / "levers")["train"]
+    c = t["config"]
+    assert c["selective_checkpointing"] and c["activation_checkpointing"] and c["fused_adamw"]
+    assert not c["reshard_after_forward"] and not c["compiled"]
+    assert t["losses"][0] == read_run(ddp_run)["train"]["losses"][0] and t["alignment"]["mre"] < 1e-3
+    assert t["summary"]["hfu"] is None  # selective recomputes no matmul: no FLOPs beyond the model's
+
+
+def test_resharding_is_fsdp_s_lever(tmp_path: Path) -> None:
+    assert_one_line_error(train(tmp_path / "r", "--no-reshard-after-forward"), 2, "--parallel fsdp")

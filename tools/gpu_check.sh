@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU path of clusterbench in one pass (issues 10, 11): NVML and topology, peaks, NCCL
 # collectives in each timing mode, the NCCL log read back by `diagnose`, training (tiny float32
-# against the CPU curve: the canary's tolerance; llama-1b bf16 with DDP and FSDP), `run --quick`
+# against the CPU curve: the canary's tolerance; llama-1b bf16 with DDP and FSDP, and with each lever
+# of issue 22; llama-8b set up on meta), `run --quick`
 # (the numerics canary, NVML telemetry, expected figures), and with several GPUs the benches
-# against a bare torch loop and of the telemetry sampler. About 6-8 minutes on one H200. Runs
+# against a bare torch loop and of the telemetry sampler. About 10-13 minutes on one H200. Runs
 # from the checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL
 # already. Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step
-# limits add up to 18 minutes; a healthy H200 needs about half of that.
+# limits add up to 38 minutes; a healthy H200 should need about a third of that (not yet run: no device
+# was lent since the levers were added).
 #
 #     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
 set -uo pipefail
@@ -32,7 +34,7 @@ step() {  # step NAME TIMEOUT_S CMD...: run it, keep its output, note its exit c
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   printf '%-22s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$SUMMARY"
-  grep -E '^(# |  (PASS|WARN|FAIL)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS|  variance|  MRE|  max abs)' "$OUT/$name.log" \
+  grep -E '^(# |  (PASS|WARN|FAIL)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS|  variance|  MRE|  max abs|  peak memory|  model state|step 1/)' "$OUT/$name.log" \
     | tail -n 16 \
     | sed 's/^/    /' >>"$SUMMARY"
 }
@@ -54,6 +56,22 @@ step train-1b-ddp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype b
   --out "$OUT/train-1b-ddp"
 step train-1b-fsdp 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp --steps 20 \
   --out "$OUT/train-1b-fsdp"
+# The levers (issue 22), each against train-1b-fsdp above (fused AdamW is already on there, a GPU's default):
+# tgs and peak memory of each, and the first losses, which must match.
+step train-1b-unfused 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp --steps 20 \
+  --no-fused-adamw --out "$OUT/train-1b-unfused"
+step train-1b-selective 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp \
+  --steps 20 --activation-checkpointing selective --out "$OUT/train-1b-selective"
+step train-1b-full-ac 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp \
+  --steps 20 --activation-checkpointing --out "$OUT/train-1b-full-ac"
+step train-1b-gathered 120 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp \
+  --steps 20 --no-reshard-after-forward --out "$OUT/train-1b-gathered"
+step train-1b-compile 240 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dtype bfloat16 --parallel fsdp \
+  --steps 20 --compile --out "$OUT/train-1b-compile"
+# llama-8b set up on meta and sharded (one GPU holds all of its state: 16 B x 8.03e9 = 128 GB of 141 GB),
+# a few short steps: proves the set-up never holds the whole model before sharding.
+step train-8b-fsdp 300 "${CB[@]}" train --nproc "$NP" --preset llama-8b --dtype bfloat16 --parallel fsdp --steps 4 \
+  --warmup-steps 1 --seq-len 1024 --global-batch "$NP" --micro-batch 1 --activation-checkpointing --out "$OUT/train-8b-fsdp"
 step run-quick 180 "${CB[@]}" run --quick --out "$OUT/run-quick"
 if (( NP > 1 )); then  # a bare loop has no busbw to compare at world size 1
   step bench-comm 90 "$PY" bench/bench_comm.py --nproc "$NP" --max-bytes 256M --rounds 3

@@ -178,6 +178,11 @@ class TrainConfig:
     task: str
     activation_checkpointing: bool = False
     repeats: int = field(default=1, metadata=AT_LEAST_ONE)
+    # Levers that leave the task as it is (docs/methodology.md §4 "Levers"); fused_adamw None: not recorded.
+    selective_checkpointing: bool = False
+    compiled: bool = False
+    fused_adamw: bool | None = None
+    reshard_after_forward: bool = True
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,15 @@ def header(c: TrainConfig, env: Env) -> str:
             f"# task {c.task}: {_batch_split(c)}, seq-len {c.seq_len}"
             f"{' packed' if c.packing else ' padded'}, {c.steps} steps ({c.warmup_steps} untimed), "
             f"lr {c.lr:g}, seed {c.seed}"
-            f"{', activation checkpointing' if c.activation_checkpointing else ''}")
+            f"{_levers(c)}")
+
+
+def _levers(c: TrainConfig) -> str:
+    said = [("selective " if c.selective_checkpointing else "") + "activation checkpointing"
+            if c.activation_checkpointing else "", "compiled layers" if c.compiled else "",
+            "fused AdamW" if c.fused_adamw else "",
+            "layers kept gathered from forward to backward" if not c.reshard_after_forward else ""]
+    return "".join(f", {s}" for s in said if s)
 
 
 def summary(s: TrainSummary, c: TrainConfig) -> str:

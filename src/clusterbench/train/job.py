@@ -76,7 +76,12 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
     loop = LoopConfig(steps=opts.steps, warmup_steps=opts.warmup_steps, global_batch=global_batch,
                       micro_batch=micro, lr=lr, lr_warmup_steps=opts.lr_warmup_steps,
                       dtype=opts.dtype or defaults["dtype"], parallel=opts.parallel,
-                      activation_checkpointing=opts.activation_checkpointing)
+                      activation_checkpointing=opts.activation_checkpointing is not None,
+                      selective_checkpointing=opts.activation_checkpointing == "selective", compile=opts.compile,
+                      fused_adamw=device_type == "cuda" if opts.fused_adamw is None else opts.fused_adamw,
+                      reshard_after_forward=opts.reshard_after_forward)
+    if not loop.reshard_after_forward and loop.parallel != "fsdp":
+        raise UsageError("--no-reshard-after-forward is for --parallel fsdp: DDP never shards the parameters")
     # Loaded here too (the ranks load their own) so bad data fails before any rank starts.
     with without_thread_pools():
         task = load_task(opts.data, opts.tokenizer, seq_len, opts.packing, opts.seed)
@@ -89,7 +94,9 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
         micro_batch=micro, grad_accum=accum, seq_len=seq_len,
         packing=opts.packing, steps=loop.steps, warmup_steps=loop.warmup_steps, lr=lr,
         lr_warmup_steps=loop.lr_warmup_steps, seed=opts.seed, task=task.name,
-        activation_checkpointing=loop.activation_checkpointing, repeats=opts.repeats)
+        activation_checkpointing=loop.activation_checkpointing, repeats=opts.repeats,
+        selective_checkpointing=loop.selective_checkpointing, compiled=loop.compile, fused_adamw=loop.fused_adamw,
+        reshard_after_forward=loop.reshard_after_forward)
     shipped = references.shipped_name(spec.name, device_type, loop.dtype)
     ref, label, note = references.choose(opts.reference, shipped, config)
     if opts.save_reference:

@@ -25,6 +25,7 @@ from clusterbench import faults
 from clusterbench.devices import synchronize
 from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
+from clusterbench.train import checkpointing
 from clusterbench.train.data import IGNORE, SFTTask, share
 from clusterbench.train.models import Fill
 from clusterbench.train.phases import PhaseClock
@@ -46,6 +47,11 @@ class LoopConfig:
     dtype: str
     parallel: str  # "ddp" or "fsdp"
     activation_checkpointing: bool
+    # Levers that leave the task as it is (docs/methodology.md §4 "Levers"):
+    selective_checkpointing: bool = False  # with activation_checkpointing: keep matmul and attention outputs
+    compile: bool = False  # torch.compile each decoder layer
+    fused_adamw: bool = False
+    reshard_after_forward: bool = True  # FSDP: gather each layer again for backward
 
 
 @dataclass(frozen=True)
@@ -98,8 +104,14 @@ def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig, fill: Fill | N
     """Move to the device and apply the data-parallel wrapper. Under FSDP, `fill` gives a model built
     on meta its weights once sharded (train/models.py: build_unfilled)."""
     if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        options: dict = {"use_reentrant": False}
+        if cfg.selective_checkpointing:
+            options["context_fn"] = checkpointing.selective
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
     model.train()
+    if cfg.compile:
+        for layer in getattr(model.get_decoder(), "layers", []):
+            layer.compile()
     if cfg.parallel == "fsdp":
         if fill is None:
             model.to(worker.device)
@@ -124,7 +136,7 @@ def shard(model: torch.nn.Module, cfg: LoopConfig) -> torch.nn.Module:
     mp = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg.dtype), reduce_dtype=torch.float32)
     decoder = model.get_decoder()
     for layer in getattr(decoder, "layers", []):
-        fully_shard(layer, mp_policy=mp)
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=cfg.reshard_after_forward)
     embed, out, norm = model.get_input_embeddings(), model.get_output_embeddings(), getattr(decoder, "norm", None)
     if out is not None and out.weight is not embed.weight:
         fully_shard(embed, mp_policy=mp)
@@ -161,7 +173,8 @@ def train(worker: Worker, cfg: LoopConfig, model: torch.nn.Module, task: SFTTask
     clock = PhaseClock(dev, time_phases)
     clock.watch_embedding(model.get_input_embeddings())
     model = wrap(model, worker, cfg, fill)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0,
+                            fused=cfg.fused_adamw or None)
     ramp = max(1, cfg.lr_warmup_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / ramp))
     # FSDP's policy casts parameters itself; DDP computes in bf16 under autocast.

@@ -101,7 +101,7 @@ def _build(job: TrainJob) -> tuple[torch.nn.Module, models.Fill | None, str]:
 def _summary(result: LoopResult, config: TrainConfig, job: TrainJob, world: int, peak: flops.Peak) -> TrainSummary:
     summary = flops.summarize([_row(r, world) for r in result.steps], result.window_s, world,
                               flops.dims_of(config.model_config), job.loop.global_batch, job.seq_len,
-                              job.loop.activation_checkpointing, peak)
+                              job.loop.activation_checkpointing and not job.loop.selective_checkpointing, peak)
     stop = None
     if result.status == "nan":
         stop = f"loss became {result.steps[-1].loss} at step {len(result.steps)}"

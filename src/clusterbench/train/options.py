@@ -30,7 +30,10 @@ class TrainOptions:
     seed: int = 0
     dtype: str | None = None  # None: float32 on a CPU, bfloat16 on a GPU
     parallel: str = "ddp"
-    activation_checkpointing: bool = False
+    activation_checkpointing: str | None = None  # "full" or "selective"
+    compile: bool = False
+    fused_adamw: bool | None = None  # None: on a GPU
+    reshard_after_forward: bool = True
     peak_tflops: float | None = None
     reference: str | None = None
     save_reference: str | None = None
@@ -62,7 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("execution")
     g.add_argument("--dtype", choices=DTYPES, help="default float32 CPU, bfloat16 GPU")
     g.add_argument("--parallel", choices=("ddp", "fsdp"), help="data parallelism (default ddp)")
-    g.add_argument("--activation-checkpointing", action="store_true", help="recompute layer activations")
+    g.add_argument("--activation-checkpointing", nargs="?", const="full", choices=("full", "selective"),
+                   help="recompute each layer's activations in backward (full), or all but its matmuls' and "
+                   "attention's outputs (selective)")
+    g.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
+    g.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction,
+                   help="AdamW's fused kernel (default: on a GPU)")
+    g.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction,
+                   help="FSDP frees each layer's gathered parameters after forward and gathers them again "
+                   "for backward (default); --no-reshard-after-forward keeps them, for speed")
     g.add_argument("--peak-tflops", type=argtypes.real(0.0), help="peak for MFU (skips table and measurement)")
     g = p.add_argument_group("alignment")
     g.add_argument("--reference", help="reference file or shipped name (default: the shipped curve of this "
