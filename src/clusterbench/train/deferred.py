@@ -65,6 +65,8 @@ class Recording:
             return
         if any(isinstance(a, torch.Tensor) for a in tree_flatten((args, kwargs))[0]):
             raise NotReplayable(f"{func} wrote to a parameter from another tensor")
+        if any(isinstance(a, torch.Generator) for a in tree_flatten((args, kwargs))[0]):
+            raise NotReplayable(f"{func} drew from a generator of its own")
         p = entry.param
         view = (tuple(target.shape), tuple(target.stride()), target.storage_offset())
         whole = func.overloadpacket.__name__ in _OVERWRITES and view == (tuple(p.shape), tuple(p.stride()),
@@ -119,13 +121,14 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 
 def _local_part(full: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """This rank's part of `full` as `target` (a DTensor, or a plain tensor holding it all) keeps it."""
+    """This rank's part of `full` (on the CPU) as `target` (a DTensor, or a plain tensor holding it all)
+    keeps it, cut on the CPU so that only the part reaches the device."""
     if not hasattr(target, "device_mesh"):
         return full
-    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    # src_data_rank=None: every rank holds the same full value, so each takes its part without a message.
-    return distribute_tensor(full, target.device_mesh, target.placements, src_data_rank=None).to_local()
+    shape, offset = compute_local_shape_and_global_offset(full.shape, target.device_mesh, target.placements)
+    return full[tuple(slice(o, o + n) for o, n in zip(offset, shape))]
 
 
 class _Recorder(TorchDispatchMode):
