@@ -82,7 +82,9 @@ class Recording:
         sharding replaces the parameters, not their names."""
         self._by_name = {name: self._params[p.untyped_storage()._cdata] for name, p in model.named_parameters()}
         for name, entry in self._by_name.items():
-            if entry.initial is None and not any(w.whole for w in entry.writes):
+            if any(w.whole for w in entry.writes):
+                entry.initial = None  # overwritten whole later: the constructor's value is never read
+            elif entry.initial is None:
                 raise NotReplayable(f"{name}: its value comes from its constructor and is too large to keep")
 
     def fill(self, model: torch.nn.Module) -> None:

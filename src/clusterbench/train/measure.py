@@ -36,7 +36,8 @@ def measure(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
     worker, folder = rank.worker, rank.folder
     if worker.device.type == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
-        host_memory.return_freed_blocks()  # the peak RSS is then the training state's (train/host_memory.py)
+    if job.loop.parallel == "fsdp":  # sharding is asked for to hold less: its cost, train/host_memory.py
+        host_memory.return_freed_blocks()
     rank.progress.at("loading data")
     opts = job.options
     task = load_task(opts.data, opts.tokenizer, job.seq_len, opts.packing, opts.seed)

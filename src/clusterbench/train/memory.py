@@ -28,7 +28,7 @@ class StatePerRank:
             sharded = model_state(params, self.world_size, "fsdp")
             return (f"whole on every rank under DDP; --parallel fsdp would hold {sharded.bytes / 2**30:.3g} GiB "
                     f"on each of {self.world_size} ranks" if self.world_size > 1 else "whole, on one rank")
-        return f"sharded over {self.world_size} ranks"
+        return f"sharded over {self.world_size} rank{'s' if self.world_size > 1 else ''}"
 
 
 def model_state(params: int, world_size: int, parallel: str) -> StatePerRank:
