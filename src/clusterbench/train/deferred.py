@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 # write cannot change its value.
 _OVERWRITES = {"normal_", "uniform_", "fill_", "zero_", "random_", "bernoulli_", "exponential_",
                "geometric_", "log_normal_", "cauchy_"}
-_SCRATCH_LIMIT = 1 << 20  # elements: a constructor's value kept whole only below this
+_KEPT_LIMIT = 1 << 20  # elements: a constructor's value kept whole only below this
 
 
 class NotReplayable(Exception):
@@ -158,7 +158,7 @@ def _parameters_on_meta(recording: Recording) -> Iterator[None]:
 
     def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
         if param is not None and param.device.type != "meta":
-            initial = param.detach().clone() if param.numel() <= _SCRATCH_LIMIT else None
+            initial = param.detach().clone() if param.numel() <= _KEPT_LIMIT else None
             param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
             recording._add(param, initial)
         register(module, name, param)
