@@ -1,14 +1,16 @@
 """clusterbench's all_reduce against a bare torch.distributed loop, in one run, same ranks and sizes.
 
-    python bench/bench_comm.py [--nproc 2] [--max-bytes 64M] [--rounds 5] [--sweep]
+    python bench/bench_comm.py [--nproc 2] [--max-bytes 64M] [--rounds 5] [--no-rotate] [--sweep]
 
 The bare loop is the minimal benchmark anyone would write: warm-up, then
-`t0; for _ in range(iters): all_reduce(x); t1`, time per op = (t1 - t0) / iters, slowest rank.
-clusterbench runs through `comm.sweep.measure`, the same function the CLI uses (auto
-iterations, per-iteration stamps, cross-rank reduction, correctness check after timing).
-The two alternate size by size for several rounds and the medians are compared, so that load
-from anything else on the machine hits both alike. `--sweep` also times a full
-`clusterbench comm --ops all` sweep and prints its CV per size.
+`t0; for i in range(iters): all_reduce(x[i]); t1`, time per op = (t1 - t0) / iters, slowest rank,
+where x[i] is the i-th window of one zeroed buffer of the largest size, as nccl-tests moves its
+buffers (with --no-rotate, always the same buffer). clusterbench runs through
+`comm.sweep.measure`, the same function the CLI uses (auto iterations, per-iteration stamps,
+cross-rank reduction, the buffers moved through an arena of the largest size unless --no-rotate,
+correctness check after timing). The two alternate size by size for several rounds and the
+medians are compared, so that load from anything else on the machine hits both alike. `--sweep`
+also times a full `clusterbench comm --ops all` sweep and prints its CV per size.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from clusterbench import launch
 from clusterbench.args import size
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.plan import resolve as resolve_plan
+from clusterbench.comm.rotation import MAX_WINDOWS, Arena
 from clusterbench.comm.scopes import whole_job
 from clusterbench.comm.sizes import geometric
 from clusterbench.comm.sweep import measure
@@ -39,14 +42,18 @@ from clusterbench.shape import JobShape
 from clusterbench.units import human_bytes
 
 
-def bare_loop_us(worker, nbytes: int, iters: int, warmup: int) -> float:
-    x = torch.zeros(nbytes // 4, dtype=torch.float32, device=worker.device)
-    for _ in range(warmup):
-        dist.all_reduce(x)
+def bare_loop_us(worker, nbytes: int, iters: int, warmup: int, memory: torch.Tensor | None) -> float:
+    """With `memory` (zeros of the largest size), call i takes its i-th window of nbytes, round and round."""
+    count = nbytes // 4
+    windows = min(MAX_WINDOWS, memory.numel() // count) if memory is not None else 0
+    xs = [memory[k * count:(k + 1) * count] for k in range(windows)] if windows >= 2 else \
+        [torch.zeros(count, dtype=torch.float32, device=worker.device)]
+    for i in range(warmup):
+        dist.all_reduce(xs[i % len(xs)])
     synchronize(worker.device)
     t0 = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(x)
+    for i in range(iters):
+        dist.all_reduce(xs[i % len(xs)])
     synchronize(worker.device)
     t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=worker.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -55,16 +62,19 @@ def bare_loop_us(worker, nbytes: int, iters: int, warmup: int) -> float:
 
 def compare(worker, cfg: dict, progress) -> None:
     results = []
+    largest = max(cfg["sizes"])
+    arena = Arena(largest, worker.device) if cfg["rotate"] else None
+    memory = torch.zeros(largest // 4, dtype=torch.float32, device=worker.device) if cfg["rotate"] else None
     for nbytes in cfg["sizes"]:
         count = nbytes // 4
         ours, bare = [], []
         for _ in range(cfg["rounds"]):
             opts = CommOptions(ops=("all_reduce",), time_budget_s=cfg["budget"])
             plan = resolve_plan(opts, frozenset(), JobShape(worker.world_size, worker.device.type, worker.backend, None))
-            row = measure(OPS["all_reduce"], worker, plan, count, whole_job(list(worker.members)))
+            row = measure(OPS["all_reduce"], worker, plan, count, whole_job(list(worker.members)), arena=arena)
             ours.append(row.duration_us)
             # The bare loop gets the same number of timed iterations clusterbench chose.
-            bare.append(bare_loop_us(worker, nbytes, row.iters, opts.warmup))
+            bare.append(bare_loop_us(worker, nbytes, row.iters, opts.warmup, memory))
         results.append({"bytes": nbytes, "clusterbench_us": statistics.median(ours),
                         "bare_us": statistics.median(bare)})
     if worker.is_main:
@@ -77,17 +87,20 @@ def main() -> None:
     p.add_argument("--min-bytes", type=size, default=8)
     p.add_argument("--max-bytes", type=size, default=64 * 2**20)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--budget", type=float, default=0.25)
+    p.add_argument("--budget", type=float, default=CommOptions().time_budget_s)
+    p.add_argument("--rotate", action=argparse.BooleanOptionalAction, default=True,
+                   help="move both loops' buffers every call, as the CLI does by default")
     p.add_argument("--sweep", action="store_true", help="also time a full --ops all sweep")
     a = p.parse_args()
     sizes = geometric(a.min_bytes, a.max_bytes, 4)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
-        cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "out": str(out)}
+        cfg = {"sizes": sizes, "rounds": a.rounds, "budget": a.budget, "rotate": a.rotate, "out": str(out)}
         launch.run(launch.Job(compare, cfg, resolve("auto", None, 300)), a.nproc)
         results = json.loads(out.read_text())
     factor = 2 * (a.nproc - 1) / a.nproc
-    print(f"all_reduce float32, {a.nproc} ranks, median of {a.rounds} alternating rounds")
+    print(f"all_reduce float32, {a.nproc} ranks, median of {a.rounds} alternating rounds, "
+          f"buffers {'moved every call' if a.rotate else 'fixed'}")
     print(f"{'size':>10} {'bare us':>10} {'ours us':>10} {'bare busbw Gbps':>16} {'ours busbw Gbps':>16} {'ratio':>6}")
     for r in results:
         bw = [r["bytes"] / (t * 1e-6) * factor * 8 / 1e9 for t in (r["bare_us"], r["clusterbench_us"])]

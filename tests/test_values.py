@@ -52,6 +52,22 @@ def test_reductions_are_exact_and_every_rank_counts(n: int, dtype: str, op: str)
         assert mine.ne(mine[0]).any() or op == "prod"
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 12, 64, 4099])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("op", [None, *REDUCE])
+def test_a_period_copied_over_is_every_element_computed(n: int, dtype: str, op: str | None) -> None:
+    """The check computes one period of the values and copies it on (chunk by chunk where the period
+    is long: 4099 ranks): the same values as computing each element, from any offset."""
+    v = Values(DTYPES[dtype], CPU, op, n, zeros=False)
+    count = min(3 * v.period + 17, 50_000)
+    idx = torch.arange(5, 5 + count)
+    for rank in {0, n // 2, n - 1}:
+        assert torch.equal(v.pattern(rank, count, 5), v._raw(rank, idx).to(v.dtype)), rank
+    if op is not None:  # what a reduction must give: data movement reduces nothing
+        want = v._reduced(idx).to(torch.float64 if op == "avg" else v.dtype)
+        assert torch.equal(v.reduced(count, 5), want)
+
+
 @pytest.mark.parametrize("n", [2, 3, 64, 300])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_data_movement_tells_ranks_apart(n: int, dtype: str) -> None:

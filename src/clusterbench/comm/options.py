@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from clusterbench import args as argtypes
 from clusterbench.collectives import ALL_OPS, BUILT_ALGORITHMS, COLLECTIVES, NCCL_ALGORITHMS, REDUCE_OPS
+from clusterbench.results.schema import CommOptions
 from clusterbench.units import BANDWIDTH_UNITS
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
@@ -78,11 +79,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="timed iterations per size, or auto (default)")
     p.add_argument("--warmup", type=argtypes.whole(1), help="warm-up iterations per size, at least 1 (default 5)")
     p.add_argument("--time-budget", dest="time_budget_s", type=argtypes.real(0.0),
-                   help="--iters auto: seconds of timed iterations per size at most (default 0.25)")
+                   help=f"--iters auto: seconds of timed iterations per size at most "
+                        f"(default {CommOptions.time_budget_s:g})")
     p.add_argument("--rank-time", choices=RANK_TIME, help="how per-rank times combine (default max: the slowest)")
     p.add_argument("--timing", choices=TIMINGS,
                    help="stamps: a clock read per call (p50/p99 per call); loop: one around a batch (nccl-tests' "
                         "default); graph: the batch as a CUDA graph (GPU, NCCL). Default: loop on GPU, stamps on CPU")
+    p.add_argument("--rotate", action=argparse.BooleanOptionalAction,
+                   help="move the buffers' offset every call through memory of the largest size, so that sizes "
+                        "that fit in a cache are not timed warm, as nccl-tests does (default on)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction,
                    help="verify every output element after timing (default on)")
     p.add_argument("--unit", choices=tuple(BANDWIDTH_UNITS), help="bandwidth unit (default Gbps)")

@@ -33,6 +33,7 @@ class CommPlan:
     fit_memory: bool  # the default GPU sweep drops the sizes the devices cannot hold; an explicit -e is obeyed
     scopes: tuple[str, ...]  # in turn; "algo" in place of "global" with --nccl-algo
     timing: str  # stamps, loop or graph
+    rotate: bool  # each call's buffers at the next offset of memory of the largest size (nccl-tests)
 
 
 def resolve(opts: CommOptions, typed: frozenset[str], job: JobShape) -> CommPlan:
@@ -56,6 +57,7 @@ def resolve(opts: CommOptions, typed: frozenset[str], job: JobShape) -> CommPlan
         # A clock read per call costs a launch's worth of time on a GPU; a perf_counter read is nothing
         # next to a gloo call.
         timing=opts.timing or ("loop" if job.device_type == "cuda" else "stamps"),
+        rotate=opts.rotate,
     )
     _validate(plan, job)
     return plan

@@ -14,7 +14,7 @@ import torch
 from clusterbench import faults
 from clusterbench.analyse.links import network_line
 from clusterbench.collectives import NATIVE, InPlace, implements
-from clusterbench.comm import groups, scopes, table
+from clusterbench.comm import groups, rotation, scopes, table
 from clusterbench.comm.algos import variant
 from clusterbench.comm.ops import OPS, Ctx, Op
 from clusterbench.comm.pairwise import run_pairwise
@@ -28,6 +28,11 @@ from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.rank import Progress, Rank
 from clusterbench.results.schema import CommOptions, CommRow
+
+# run.json grows with every row: it is rewritten once its last save lies this many times that
+# save's duration back, so saving costs the sweep about a fiftieth of its time, however many rows;
+# each row is in comm.csv at once.
+SAVES_APART = 50
 
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:
@@ -83,20 +88,22 @@ def _bookkeeping(team: Team) -> Any:
     return None if team.nccl_algo else team.group
 
 
-def measure(op: Op, worker: Worker, plan: CommPlan, count: int, team: Team, algo: str = NATIVE) -> CommRow:
-    """Time one op at one element count within a team, then check it; identical on the team's ranks."""
+def measure(op: Op, worker: Worker, plan: CommPlan, count: int, team: Team, algo: str = NATIVE,
+            arena: rotation.Arena | None = None) -> CommRow:
+    """Time one op at one element count within a team, then check it; identical on the team's ranks.
+    With an arena, each call takes the next window of it (comm/rotation.py) where two fit."""
     opts = plan.options
     ctx = _ctx(op, worker, opts, count, True, team)
     n = ctx.n
-    bufs = op.buffers(ctx)
+    moving = rotation.windows(op, ctx, arena) if arena is not None else None
+    run = rotation.rotating(op, ctx, moving) if moving else partial(op.run, ctx, op.buffers(ctx))
     reducer = RankReducer(
         opts.rank_time, worker.device,
         active_ranks=sum(op.facts.active(r, n) for r in range(n)), active=op.facts.active(ctx.rank, n),
         group=_bookkeeping(team),
     )
-    stats = time_op(partial(op.run, ctx, bufs), worker.device, reducer, opts.iters, opts.warmup,
-                    opts.time_budget_s, plan.timing)
-    del bufs  # free the timing buffers before the check allocates its own
+    stats = time_op(run, worker.device, reducer, opts.iters, opts.warmup, opts.time_budget_s, plan.timing)
+    del run, moving  # free the timing buffers before the check allocates its own
     wrong = 0
     if opts.check:
         wrong_t = torch.tensor([check(op, _ctx(op, worker, opts, count, False, team))], device=worker.device)
@@ -121,6 +128,8 @@ def team_rows(worker: Worker, plan: CommPlan, sizes: list[int], team: Team,
               progress: Progress) -> Iterator[tuple[Op, CommRow]]:
     """Every op (and algorithm) at every size within one team, as each is measured."""
     n = len(team.ranks)
+    # Lent to every size in turn and to the next op; the sizes too large to move leave it empty.
+    arena = rotation.Arena(max(sizes), worker.device) if plan.rotate else None
     steps = [(variant(name, algo), _algo_team(team, algo), algo, count) for name in plan.ops
              for algo in _algos(plan.options, team) if implements(algo, name)
              for count in counts_for(OPS[name], plan.options, sizes, n)]
@@ -132,7 +141,7 @@ def team_rows(worker: Worker, plan: CommPlan, sizes: list[int], team: Team,
         if worker.is_main and sys.stderr.isatty():
             print(f"\r[{i}/{len(steps)}] {where} ...", end="", file=sys.stderr, flush=True)
         try:
-            row = measure(op, worker, plan, count, where_team, algo)
+            row = measure(op, worker, plan, count, where_team, algo, arena)
         except (torch.OutOfMemoryError, RuntimeError) as e:
             if not is_out_of_memory(e):
                 raise
@@ -209,6 +218,13 @@ def sweep(rank: Rank, plan: CommPlan) -> None:
     probe(worker, plan, whole)
     rank.say(f"# clusterbench comm: {worker.world_size} ranks on {whole.nodes} node(s), "
              f"backend {worker.backend}, device {rank.env.devices[0]}, {opts.dtype}")
+    _sweep_scopes(rank, plan, sizes)
+    if folder is not None:  # run.json holds every row now (the harness flushes a failed run)
+        folder.flush()
+
+
+def _sweep_scopes(rank: Rank, plan: CommPlan, sizes: list[int]) -> None:
+    worker, folder, opts = rank.worker, rank.folder, plan.options
     printer = _Printer(rank, opts)
     for scope in plan.scopes:
         phases, why_not = (scopes.algo_phases(list(worker.members), opts.nccl_algos), None) if scope == "algo" \
@@ -264,11 +280,11 @@ def _run_phase(rank: Rank, plan: CommPlan, sizes: list[int], phase: scopes.Phase
                 mine.append(row)
             if folder is not None:
                 printer.add(row)
-                folder.append("comm", row)
+                folder.append("comm", row, min_interval_s=SAVES_APART * folder.save_s)
     gathered: list[list[CommRow]] = [[] for _ in range(worker.world_size)]
     torch.distributed.all_gather_object(gathered, mine if worker.rank != 0 else [])
     for rows in gathered:
         for row in rows:
             if folder is not None:
                 printer.add(row)
-                folder.append("comm", row)
+                folder.append("comm", row, min_interval_s=SAVES_APART * folder.save_s)

@@ -5,13 +5,16 @@ Reductions: element i gets a non-zero value from the 1 + (i mod K) consecutive r
 at rank i mod n (K = min(n, 8)), and nothing from the others. Every rank is checked on its own
 share of the elements at any world size, results vary from element to element, and the exact
 sum stays at most K x top, within what the dtype holds exactly (bfloat16: integers up to 256;
-int8: 127). Data movement uses the values 0..min(250, E - 1), offset per rank. Every tensor here
-is built in chunks of CHUNK elements, so the check needs a bounded scratch, not int64 copies of
-the whole buffer.
+int8: 127). Data movement uses the values 0..min(250, E - 1), offset per rank. Every rank's values
+repeat after a period of elements (a few hundred at small world sizes), so a tensor here is one
+period computed and then copied over itself, at the speed of a memory copy; where the period is
+longer than CHUNK elements, it is computed in chunks of CHUNK. Either way the check needs a
+bounded scratch, not int64 copies of the whole buffer.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -67,6 +70,17 @@ class Values:
             top = min(top, int(1 / (k * (k + 2) * torch.finfo(self.dtype).eps)))
         return max(1, top)
 
+    @property
+    def period(self) -> int:
+        """Elements after which every rank's values, and so every expected value, repeat: the
+        patterns depend on an element's index only through i mod (top + 1), mod (n + 1) for prod,
+        and mod n, K and top for the other reductions."""
+        if self.reduce_op is None:
+            return self.top + 1
+        if self.reduce_op == "prod":
+            return self.n + 1
+        return math.lcm(self.n, self.window, self.top)
+
     def _index(self, start: int, stop: int) -> torch.Tensor:
         return torch.arange(start, stop, device=self.device, dtype=torch.int64)
 
@@ -84,7 +98,7 @@ class Values:
 
     def pattern(self, rank: int, count: int, offset: int = 0) -> torch.Tensor:
         """The check values of elements offset..offset+count of rank's buffer."""
-        return self._built(count, lambda a, b: self._raw(rank, self._index(offset + a, offset + b)))
+        return self._built(count, offset, lambda idx: self._raw(rank, idx))
 
     def make(self, rank: int, count: int, offset: int = 0) -> torch.Tensor:
         if self.zeros:
@@ -93,8 +107,7 @@ class Values:
 
     def reduced(self, count: int, offset: int = 0) -> torch.Tensor:
         """What reducing every rank's pattern gives at elements offset..offset+count."""
-        return self._built(count, lambda a, b: self._reduced(self._index(offset + a, offset + b)),
-                           torch.float64 if self.reduce_op == "avg" else self.dtype)
+        return self._built(count, offset, self._reduced, torch.float64 if self.reduce_op == "avg" else self.dtype)
 
     def _reduced(self, idx: torch.Tensor) -> torch.Tensor:
         op = self.reduce_op or "sum"
@@ -129,11 +142,22 @@ class Values:
         for a in range(0, count, CHUNK):
             yield a, min(count, a + CHUNK)
 
-    def _built(self, count: int, piece: Callable[[int, int], torch.Tensor],
+    def _built(self, count: int, offset: int, values: Callable[[torch.Tensor], torch.Tensor],
                dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Elements offset..offset+count of values(index): one period, then copies of what is filled
+        (a whole number of periods, doubling each time), or chunk by chunk where the period is long."""
         out = torch.empty(count, dtype=dtype or self.dtype, device=self.device)
-        for a, b in self._chunks(count):
-            out[a:b] = piece(a, b)
+        period = self.period
+        if period > CHUNK or period >= count:
+            for a, b in self._chunks(count):
+                out[a:b] = values(self._index(offset + a, offset + b))
+            return out
+        out[:period] = values(self._index(offset, offset + period))
+        filled = period
+        while filled < count:
+            step = min(filled, count - filled)
+            out[filled:filled + step] = out[:step]
+            filled += step
         return out
 
     def mismatches(self, got: torch.Tensor, want: Expect) -> int:

@@ -1,7 +1,9 @@
 """Run folders: run.json and one CSV per table, complete on disk after every update.
 
-Rank 0 owns the folder and rewrites each file atomically whenever a result arrives, so a
-run that stops early still leaves parseable files with every row measured so far.
+Rank 0 owns the folder and writes every result as it arrives, so a run that stops early still
+leaves parseable files with every row measured so far: each row is appended to its table's CSV
+in one write, and run.json is rewritten atomically (by a hot loop only every so often, which a
+run.json growing with every row would otherwise slow).
 
 Nothing written earlier is replaced unasked: a run folder that holds a run's files, and any
 file a command would write over (a run's run.json, one of the command's own inputs, an earlier
@@ -95,8 +97,9 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         self.run = Run(command=command, argv=list(argv), uid=uuid.uuid4().hex, started_utc=documents.utc_stamp(),
                        env=Env(hostname=socket.gethostname()))
-        self._unsaved: set[str] = set()
         self._saved_at = 0.0
+        self.save_s = 0.0
+        self._csv_rows: dict[str, int] = {}  # the rows of each table's CSV on disk
         self.save()
 
     @property
@@ -104,8 +107,10 @@ class RunFolder:
         return self.path / "run.json"
 
     def save(self) -> None:
+        started = time.monotonic()
         _write(self.json_path, documents.to_text(self.run))
         self._saved_at = time.monotonic()
+        self.save_s = self._saved_at - started  # what a hot loop weighs its next save against
 
     def record(self, **sections: Any) -> None:
         """Set sections of run.json (each a typed record of the schema) and save."""
@@ -123,22 +128,44 @@ class RunFolder:
     def append(self, table: str, row: Any, min_interval_s: float = 0.0) -> None:
         """Add a row to a table of run.json and to <table>.csv.
 
-        A hot loop passes min_interval_s so that writing never costs it more than one save per
-        interval; whoever does must call flush() when it ends, however it ends.
+        The row is appended to <table>.csv at once (the whole file written where it is new). A
+        hot loop passes min_interval_s so that run.json, which grows with the run, is rewritten at
+        most once per interval; whoever does must call flush() when it ends, however it ends.
         """
-        getattr(self.run, table).append(row)
-        self._unsaved.add(table)
+        rows = getattr(self.run, table)
+        rows.append(row)
+        if self._csv_rows.get(table) == len(rows) - 1:
+            self._append_csv(table, row)
+        else:  # a new CSV
+            self._write_csv(table)
         if time.monotonic() - self._saved_at >= min_interval_s:
-            self.flush()
+            self.save()
 
     def flush(self) -> None:
+        """run.json with the rows appended since its last save: the CSVs hold them already."""
         self.save()
-        for table in sorted(self._unsaved):
-            self._write_csv(table)
-        self._unsaved.clear()
 
     def _write_csv(self, table: str) -> None:
-        self.write_csv(table, getattr(self.run, table))
+        rows = getattr(self.run, table)
+        self.write_csv(table, rows)
+        self._csv_rows[table] = len(rows)
+
+    def _append_csv(self, table: str, row: Any) -> None:
+        """One line at the end of <table>.csv, in one write: a reader, or a run killed now, finds
+        the row whole or not at all."""
+        buf = io.StringIO()
+        csv.DictWriter(buf, fieldnames=[f.name for f in fields(row)], lineterminator="\n").writerow(codec.dump(row))
+        path, data = self.path / f"{table}.csv", buf.getvalue().encode("utf-8")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(f"{len(data)} bytes could not all be written")
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise RunFailed(f"cannot write {path} ({e.strerror or e})") from None
+        self._csv_rows[table] += 1
 
     def write_csv(self, table: str, rows: list[Any]) -> None:
         """<table>.csv from `rows` (records of one type, at least one), atomically."""

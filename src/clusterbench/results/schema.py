@@ -90,10 +90,11 @@ class CommOptions:
     root: int = field(default=0, metadata=NONNEGATIVE)
     iters: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: auto
     warmup: int = field(default=5, metadata=NONNEGATIVE)
-    time_budget_s: float = field(default=0.25, metadata=POSITIVE)
+    time_budget_s: float = field(default=0.05, metadata=POSITIVE)
     rank_time: str = "max"
     timing: str | None = None  # stamps, loop or graph; None: loop on GPUs, stamps on CPUs
     check: bool = True
+    rotate: bool = True  # buffers' offsets moved between calls, as nccl-tests does (comm/rotation.py)
     unit: str = "Gbps"
     scope: str = "global"  # global, intra, inter or all (docs/methodology.md §8)
     pattern: str = "single"  # single (the sweep), ring, incast or pairwise
