@@ -299,17 +299,28 @@ class NetnsBed:
         return subprocess.run(self.argv(node, argv, hostname), env={**os.environ, **(env or {})},
                               capture_output=True, text=True, timeout=timeout, check=False)
 
-    def set_rate(self, node: int, rate: str | None) -> None:
-        """Caps what node `node` sends at `rate` ("200mbit"), or lifts the cap (None); traffic under way feels it."""
+    def set_rate(self, node: int, rate: str | None, to: int | None = None) -> None:
+        """Caps what node `node` sends at `rate` ("200mbit"), to node `to` alone if given, or lifts the cap
+        (None); traffic under way feels it."""
         (tc,) = which_or_skip("tc")
         at_eth0 = [tc, "-n", self.names[node], "qdisc"]
-        if rate is not None:
+        shown = subprocess.run([*at_eth0, "show", "dev", "eth0", "root"], capture_output=True, text=True,
+                               check=False).stdout
+        if rate is not None and to is None:
             # This kernel has no netem: a token bucket is the one way to slow a link.
             _must(*at_eth0, "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "64kb", "latency", "400ms")
-        elif "tbf" in subprocess.run([*at_eth0, "show", "dev", "eth0", "root"], capture_output=True, text=True,
-                                     check=False).stdout:
+            return
+        if "tbf" in shown or "htb" in shown:
             # `tc qdisc del` fails where there is nothing to delete; lifting no cap is no error.
             _must(*at_eth0, "del", "dev", "eth0", "root")
+        if rate is not None:
+            # One link: htb sends what no filter picks straight out, so only packets to `to` meet the cap
+            # (this kernel has neither prio nor netem).
+            _must(*at_eth0, "add", "dev", "eth0", "root", "handle", "1:", "htb")
+            _must(tc, "-n", self.names[node], "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
+                  "rate", rate, "ceil", rate, "burst", "64kb")
+            _must(tc, "-n", self.names[node], "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
+                  "prio", "1", "u32", "match", "ip", "dst", f"{self.addr(to)}/32", "flowid", "1:1")
 
 
 def _must(*argv: str) -> None:

@@ -86,6 +86,29 @@ def test_set_rate_slows_a_link_then_restores_it() -> None:
             receiver.wait()
 
 
+def test_set_rate_to_one_node_slows_that_link_alone() -> None:
+    with netns_cluster(3) as bed:
+        receivers = [bed.popen(i, [sys.executable, "-c", RECEIVE, "5000"], stdout=subprocess.PIPE, text=True)
+                     for i in (0, 2)]
+        try:
+            assert all(r.stdout is not None and r.stdout.readline() == "listening\n" for r in receivers)
+
+            def send_seconds(to: int) -> float:
+                proc = bed.run(1, [sys.executable, "-c", SEND, bed.addr(to), "5000", str(256 << 10)], timeout=30)
+                assert proc.returncode == 0, proc.stderr
+                return float(proc.stdout)
+
+            bed.set_rate(1, "2mbit", to=0)
+            assert send_seconds(0) > 0.6  # past the burst, as above
+            assert send_seconds(2) < 0.6  # node1's other link is untouched
+            bed.set_rate(1, None)
+            assert send_seconds(0) < 0.6
+        finally:
+            for receiver in receivers:
+                receiver.kill()
+                receiver.wait()
+
+
 def cpu_cgroup(pid: int) -> str:
     """The cgroup that counts `pid`'s CPU time: cgroup v1's cpu hierarchy, else the v2 one."""
     lines = (line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines())
