@@ -317,10 +317,34 @@ class NetnsBed:
             # One link: htb sends what no filter picks straight out, so only packets to `to` meet the cap
             # (this kernel has neither prio nor netem).
             _must(*at_eth0, "add", "dev", "eth0", "root", "handle", "1:", "htb")
-            _must(tc, "-n", self.names[node], "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
-                  "rate", rate, "ceil", rate, "burst", "64kb")
+            _must(tc, "-n", self.names[node], "class", "add", "dev", "eth0", *_link_class(rate))
             _must(tc, "-n", self.names[node], "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
                   "prio", "1", "u32", "match", "ip", "dst", f"{self.addr(to)}/32", "flowid", "1:1")
+
+    @contextmanager
+    def link_lifter(self, node: int) -> Iterator[Callable[[], None]]:
+        """A call that lifts node `node`'s one-link cap (set_rate(..., to=)) at once: a `tc` started beforehand
+        waits on its stdin, where one started on demand could take a loaded host most of a second. The cap is
+        opened to 100 Gbit/s, not deleted, so no packet queued behind it is dropped for TCP to resend."""
+        (tc,) = which_or_skip("tc")
+        batch = subprocess.Popen([tc, "-n", self.names[node], "-batch", "-"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        assert batch.stdin is not None
+
+        def lift() -> None:
+            batch.stdin.write(" ".join(["class", "change", "dev", "eth0", *_link_class("100gbit")]) + "\n")
+            batch.stdin.flush()
+
+        try:
+            yield lift
+        finally:
+            batch.stdin.close()
+            batch.wait(timeout=30)
+
+
+def _link_class(rate: str) -> list[str]:
+    """The htb class set_rate(..., to=) caps one link with; quantum set, as htb's own would be huge at 100 Gbit/s."""
+    return ["parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate, "burst", "64kb", "quantum", "60000"]
 
 
 def _must(*argv: str) -> None:

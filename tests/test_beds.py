@@ -101,8 +101,12 @@ def test_set_rate_to_one_node_slows_that_link_alone() -> None:
             bed.set_rate(1, "2mbit", to=0)
             assert send_seconds(0) > 0.6  # past the burst, as above
             assert send_seconds(2) < 0.6  # node1's other link is untouched
-            bed.set_rate(1, None)
+            with bed.link_lifter(1) as lift:
+                lift()
             assert send_seconds(0) < 0.6
+            bed.set_rate(1, None)
+            assert "htb" not in subprocess.run(["tc", "-n", bed.names[1], "qdisc", "show", "dev", "eth0", "root"],
+                                               capture_output=True, text=True, check=True).stdout
         finally:
             for receiver in receivers:
                 receiver.kill()
