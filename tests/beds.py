@@ -324,7 +324,7 @@ class NetnsBed:
     @contextmanager
     def link_lifter(self, node: int) -> Iterator[Callable[[], None]]:
         """A call that lifts node `node`'s one-link cap (set_rate(..., to=)) at once: a `tc` started beforehand
-        waits on its stdin, where one started on demand could take a loaded host most of a second. The cap is
+        waits on its stdin, where one started on demand waits its turn for the CPU with the ranks. The cap is
         opened to 100 Gbit/s, not deleted, so no packet queued behind it is dropped for TCP to resend."""
         (tc,) = which_or_skip("tc")
         batch = subprocess.Popen([tc, "-n", self.names[node], "-batch", "-"], stdin=subprocess.PIPE,
