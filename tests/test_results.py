@@ -31,6 +31,7 @@ def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path)
     assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(old.comm) == 20
     assert old.train is not None and old.train.config.preset == "tiny" and len(old.train.losses) == 12
     assert (old.comm_options.min_bytes, old.comm_options.max_bytes, old.comm_options.step_factor) == (8, 2**20, 4.0)
+    assert old.comm_options.rotate is False  # its sweep held its buffers still
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     html = (run / "report.html").read_text()
@@ -45,6 +46,7 @@ def test_a_version_3_model_section_reads_as_the_cost_model(tmp_path: Path) -> No
     old = load_run(run)
     assert old.schema_version == SCHEMA_VERSION and old.cost_model is not None and old.extra == {}
     assert old.cost_model.fits[0].op == "all_reduce" and old.cost_model.validation
+    assert old.comm_options.rotate is False
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     assert '<section id="model"' in (run / "report.html").read_text()

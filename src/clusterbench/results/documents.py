@@ -24,7 +24,16 @@ from clusterbench.errors import RunFailed, UsageError
 from clusterbench.inputs import documents as inputs
 from clusterbench.results import codec
 from clusterbench.results.fleet import Band
-from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1, upgrade_v2, upgrade_v3, upgrade_v4
+from clusterbench.results.schema import (
+    RUN_KIND,
+    SCHEMA_VERSION,
+    Run,
+    upgrade_v1,
+    upgrade_v2,
+    upgrade_v3,
+    upgrade_v4,
+    upgrade_v5,
+)
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -123,7 +132,8 @@ class LossReference:
     schema_version: int = 1
 
 
-RUN = DocumentKind(RUN_KIND, "run.json", SCHEMA_VERSION, Run, upgrades={1: upgrade_v1, 2: upgrade_v2, 3: upgrade_v3, 4: upgrade_v4},
+RUN = DocumentKind(RUN_KIND, "run.json", SCHEMA_VERSION, Run,
+           upgrades={1: upgrade_v1, 2: upgrade_v2, 3: upgrade_v3, 4: upgrade_v4, 5: upgrade_v5},
            legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
            hint="run the command again with this clusterbench")
 BASELINE = DocumentKind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")

@@ -18,13 +18,14 @@ import os
 import shutil
 import socket
 import time
+import typing
 import uuid
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError, one_line
-from clusterbench.results import codec, documents
+from clusterbench.results import codec, documents, table_csv
 from clusterbench.results.schema import Env, Run
 from clusterbench.results.telemetry import TABLE as TELEMETRY
 
@@ -201,11 +202,33 @@ def _run_json(path: str | Path) -> Path:
 
 
 def load_run(path: str | Path) -> Run:
-    """A run folder (or its run.json), checked field by field and upgraded to this version."""
+    """A run folder (or its run.json), checked field by field and upgraded to this version; one that
+    never finished, with the rows its CSVs hold beyond its last save (catch_up)."""
     file = _run_json(path)
     if not os.path.lexists(file):
         raise UsageError(f"no run found at {path}: {file} does not exist")
-    return documents.read(file, documents.RUN)
+    run = documents.read(file, documents.RUN)
+    if run.status == "running":
+        catch_up(run, file.parent)
+    return run
+
+
+def catch_up(run: Run, folder: Path) -> None:
+    """Adds to `run` each table's rows that reached its CSV after run.json's last save: all of them
+    where a rank 0 killed mid-run never saved again. A CSV that does not begin with run.json's rows,
+    or cannot be read, is not this run's record of them and is left out."""
+    hints = typing.get_type_hints(Run)
+    for table in TABLES:
+        rows = getattr(run, table)
+        path = folder / f"{table}.csv"
+        if not path.exists():
+            continue
+        try:
+            found = table_csv.read_rows(path, typing.get_args(hints[table])[0])
+        except ValueError:
+            continue
+        if len(found) > len(rows) and found[:len(rows)] == rows:
+            rows += found[len(rows):]
 
 
 def save_run(path: str | Path, run: Run) -> Path:

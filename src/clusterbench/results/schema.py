@@ -1,6 +1,8 @@
 """run.json: every section as a typed record, the one layout every command writes and reads.
 
-Version 5 (this one) against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
+Version 6 (this one) against version 5: `comm_options.rotate`, whether each call's buffers moved to
+the next offset of memory (comm/rotation.py); the sweeps of older folders held theirs still and read as
+false. Version 5 against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
 and the ranks a failed job lost (`lost`), which older folders lack and read as empty. Version 4
 against version 3: the alpha-beta model's section is `cost_model` (version 3
 called it `model`, beside the fine-tuned model's own fields), and `extra` holds the sections of
@@ -10,7 +12,7 @@ with --expect-busbw), and the new `expected_note`, `canary`, `telemetry` and eac
 NUMA nodes, which older folders lack and read as empty. Version 2 against 1: a "kind" key, a GPU's
 PCIe fields grouped under "pcie", `expected` figures, a train section's `reference_note` and
 summary `stop_reason`, verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is
-null). Older folders are read through `upgrade_v1` to `upgrade_v4`.
+null). Older folders are read through `upgrade_v1` to `upgrade_v5`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.telemetry import Telemetry
 
 RUN_KIND = "clusterbench-run"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
@@ -346,6 +348,14 @@ class Run:
 def upgrade_v4(doc: dict[str, Any]) -> dict[str, Any]:
     """A version-4 run.json in version 5's layout: the same, without a fleet or lost ranks."""
     return {**doc, "schema_version": 5}
+
+
+def upgrade_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-5 run.json in version 6's layout: its sweep timed every call on the same buffers."""
+    doc = {**doc, "schema_version": 6}
+    if isinstance(doc.get("comm_options"), dict):
+        doc["comm_options"] = {"rotate": False, **doc["comm_options"]}
+    return doc
 
 
 def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:

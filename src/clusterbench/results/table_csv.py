@@ -1,0 +1,60 @@
+"""A run folder's table CSVs read back as run.json's records.
+
+Each row reaches its CSV the moment it is measured; run.json follows a hot loop only every so often
+(results/folder.py). A run whose rank 0 was killed between two saves holds its last rows in the CSVs
+alone, and reading them back is how those rows reach run.json, the report and the store.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import types
+import typing
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+from clusterbench.errors import UsageError
+from clusterbench.inputs import files
+from clusterbench.results import codec
+
+T = TypeVar("T")
+
+
+def read_rows(path: Path, record: type[T]) -> list[T]:
+    """<table>.csv as `record`s; ValueError naming the file and line for one that does not fit."""
+    try:
+        text = files.read_text(path, str(path))
+    except UsageError as e:
+        raise ValueError(str(e)) from None
+    hints = typing.get_type_hints(record)
+    columns = [f.name for f in fields(record)]  # type: ignore[arg-type]
+    rows, line = [], 1
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if reader.fieldnames != columns:
+            raise codec.SchemaError("", f"the columns are not those of {record.__name__}")
+        for line, row in enumerate(reader, 2):
+            if None in row.values() or None in row:  # a short or a long row
+                raise codec.SchemaError("", "the cells are not the header's")
+            rows.append(codec.load(record, {k: _cell(hints[k], v) for k, v in row.items()}))
+    except (codec.SchemaError, ValueError, csv.Error) as e:
+        raise ValueError(f"{path} line {line}: {e}") from None
+    return rows
+
+
+def _cell(tp: Any, text: str) -> object:
+    """A cell as the JSON value codec expects of `tp`: csv wrote None as an empty cell and bools as
+    True/False, and Python's float text reads back to the same float."""
+    options = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
+    if text == "" and type(None) in options:
+        return None
+    kind = next(t for t in options if t is not type(None))
+    if kind is bool:
+        return {"True": True, "False": False}.get(text, text)
+    if kind is int:
+        return int(text)
+    if kind is float:
+        return float(text)
+    return text

@@ -1,0 +1,77 @@
+"""A run that never finished is read with the rows its CSVs hold beyond run.json's last save."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clusterbench.results.folder import RunFolder, load_run
+from clusterbench.results.schema import CommRow, PairRow, StepRow
+from clusterbench.results.table_csv import read_rows
+
+HOUR = 3600.0  # no save of run.json while the test appends
+
+
+def comm_row(i: int) -> CommRow:
+    return CommRow("all_reduce", 8 << i, 2 << i, "float32", 2, False, 1.5 + i / 3, 0.1 * i, 0.2, 0, 10, 1.0, 2.0, 0.5,
+                   3.0, 0.1, reduce_op="sum" if i % 2 else None, root=None if i % 2 else 0)
+
+
+def step_row(i: int) -> StepRow:
+    return StepRow(i, None if i == 2 else 1 / 3, 10, 9, 8, 0.5, i > 1, None if i < 2 else 1234.5)
+
+
+def killed_between_saves(path: Path, saved: int, appended: int) -> RunFolder:
+    """A folder whose run.json holds `saved` rows of each table and whose CSVs hold `appended` more."""
+    folder = RunFolder(path, "comm", ["comm"])
+    for i in range(saved + appended):
+        if i == saved:
+            folder.flush()
+        folder.append("comm", comm_row(i), min_interval_s=HOUR)
+        folder.append("train_steps", step_row(i), min_interval_s=HOUR)
+        folder.append("pairs", PairRow(0, 1, "a", "b", 1024, 1.25 * (i + 1), 3.5, 0, i), min_interval_s=HOUR)
+    return folder
+
+
+def test_rows_past_the_last_save_are_read_back_whole(tmp_path: Path) -> None:
+    folder = killed_between_saves(tmp_path / "r", saved=2, appended=3)
+    on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert on_disk["status"] == "running" and len(on_disk["comm"]) == 2
+    run = load_run(tmp_path / "r")
+    assert run.comm == folder.run.comm and len(run.comm) == 5  # floats, None and bools as they were measured
+    assert run.train_steps == folder.run.train_steps and run.pairs == folder.run.pairs
+
+
+def test_a_finished_run_is_read_as_saved(tmp_path: Path) -> None:
+    folder = killed_between_saves(tmp_path / "r", saved=2, appended=3)
+    folder.run.comm.pop()
+    folder.finish("failed", "rank 0 died")  # finished: run.json is the record, whatever the CSV says
+    assert len(load_run(tmp_path / "r").comm) == 4
+
+
+@pytest.mark.parametrize("damage", ["another run's rows", "a torn line", "other columns"])
+def test_a_csv_that_is_not_this_runs_record_is_left_out(tmp_path: Path, damage: str) -> None:
+    killed_between_saves(tmp_path / "r", saved=2, appended=3)
+    csv_path = tmp_path / "r" / "comm.csv"
+    lines = csv_path.read_text().splitlines(keepends=True)
+    if damage == "another run's rows":
+        lines[1] = lines[1].replace("all_reduce", "all_gather")
+    elif damage == "a torn line":
+        lines[-1] = lines[-1][:20]
+    else:
+        lines[0] = lines[0].replace("busbw_gbps", "bus_bw")
+    csv_path.write_text("".join(lines))
+    run = load_run(tmp_path / "r")
+    assert len(run.comm) == 2 and len(run.train_steps) == 5  # the other tables still catch up
+
+
+def test_read_rows_names_the_file_and_line_that_does_not_fit(tmp_path: Path) -> None:
+    killed_between_saves(tmp_path / "r", saved=0, appended=3)
+    csv_path = tmp_path / "r" / "comm.csv"
+    lines = csv_path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace(",False,", ",maybe,", 1)
+    csv_path.write_text("".join(lines))
+    with pytest.raises(ValueError, match=rf"{csv_path} line 3: "):
+        read_rows(csv_path, CommRow)
