@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU path of clusterbench in one pass (issues 10, 11): NVML and topology, peaks, NCCL
-# collectives in each timing mode, the NCCL log read back by `diagnose`, training (tiny float32
-# against the CPU curve: the canary's tolerance; llama-1b bf16 with DDP and FSDP, and with each lever
+# collectives in each timing mode and with their buffers held still, the NCCL log read back by
+# `diagnose`, training (tiny float32 against the CPU curve: the canary's tolerance; llama-1b bf16 with DDP and FSDP, and with each lever
 # of issue 22; llama-8b set up on meta), `run --quick`
 # (the numerics canary, NVML telemetry, expected figures), and with several GPUs the benches
 # against a bare torch loop and of the telemetry sampler. About 10-13 minutes on one H200. Runs
@@ -46,6 +46,10 @@ for timing in loop stamps graph; do
   step "comm-$timing" 90 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops "$OPS" -e 256M --timing "$timing" \
     --out "$OUT/comm-$timing"
 done
+# The buffers held still (--no-rotate) against comm-loop above, which moves them as nccl-tests does: where a size
+# fits the 50-60 MB L2, held still it is timed warm (issue 22).
+step comm-fixed 60 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops all_reduce,all_gather -e 256M --timing loop \
+  --no-rotate --out "$OUT/comm-fixed"
 step comm-bf16-avg 60 "${CB[@]}" comm --nproc "$NP" --backend nccl --ops all_reduce,reduce_scatter --dtype bfloat16 \
   --reduce-op avg -e 64M --out "$OUT/comm-bf16-avg"
 step diagnose 30 "${CB[@]}" diagnose "$OUT/comm-loop"
