@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU path of clusterbench in one pass (issues 10, 11): NVML and topology, peaks, NCCL
 # collectives in each timing mode and with their buffers held still, the NCCL log read back by
-# `diagnose`, training (tiny float32 against the CPU curve: the canary's tolerance; llama-1b bf16 with DDP and FSDP, and with each lever
-# of issue 22; llama-8b set up on meta), `run --quick`
-# (the numerics canary, NVML telemetry, expected figures), and with several GPUs the benches
-# against a bare torch loop and of the telemetry sampler. About 10-13 minutes on one H200. Runs
-# from the checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL
-# already. Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step
-# limits add up to 38 minutes; a healthy H200 should need about a third of that (not yet run: no device
-# was lent since the levers were added).
+# `diagnose`, training (tiny float32 against the CPU curve: the canary's tolerance; llama-1b bf16
+# with DDP and FSDP, and with each lever of issue 22; llama-8b set up on meta), `run --quick` (the
+# numerics canary, NVML telemetry, expected figures), and with several GPUs the benches against a
+# bare torch loop and of the telemetry sampler. About 10-13 minutes on one H200. Runs from the
+# checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL already.
+# Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step limits add up
+# to 39 minutes; a healthy H200 should need about a third of that (not yet run: no device was lent
+# since the levers were added).
 #
 #     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
 set -uo pipefail
