@@ -82,7 +82,7 @@ def test_a_link_slow_for_a_while_is_flaky_reported_and_nobody_is_excluded(bed: N
     bed.set_rate(1, "200mbit", to=2)
     try:
         with bed.link_lifter(1) as lift:
-            # A retest keeps its fastest message: of 10, not 3, one at the link's rate is sure on this loaded host.
+            # A retest keeps its fastest message: of 10, not 3, so that one at the link's rate is near certain here.
             procs = fleet_on(bed, 4, out, "--pair-iters", "10")
             read_until(procs[0], "# round 1/")  # the first round, node1 with node2, is over: the link recovers
             lift()
