@@ -9,15 +9,10 @@ None. Units: W, MHz, degrees C, %, MB/s = 1e6 bytes per second (docs/methodology
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from clusterbench.errors import UsageError
-from clusterbench.inputs import files
-from clusterbench.results import codec
+from clusterbench.results import table_csv
 from clusterbench.results.codec import NONNEGATIVE, POSITIVE, bounds
 
 SHARE = bounds(0, 1)
@@ -122,33 +117,5 @@ def csv_columns() -> list[str]:
 
 def read_samples(path: Path) -> list[Sample]:
     """telemetry.csv as written by the run folder; ValueError naming the file (and the line) for one that
-    is not: not a regular file, too large, other columns, a row that does not fit, a number not finite."""
-    try:
-        text = files.read_text(path, str(path))
-    except UsageError as e:  # the report goes on without the samples, saying why
-        raise ValueError(str(e)) from None
-    columns = set(csv_columns())
-    samples, line = [], 1
-    rows = csv.DictReader(io.StringIO(text, newline=""))
-    try:
-        for line, row in enumerate(rows, 2):
-            if set(row) != columns or None in row.values():  # DictReader fills a short row's cells with None
-                raise codec.SchemaError("", "the cells are not telemetry.csv's columns")
-            samples.append(codec.load(Sample, {k: _cell(k, v) for k, v in row.items()}))
-    except (codec.SchemaError, ValueError, csv.Error) as e:
-        raise ValueError(f"{path} line {line}: {e}") from None
-    return samples
-
-
-def _cell(name: str, text: str) -> object:
-    """A CSV cell as the JSON value codec expects: empty is null (unknown)."""
-    if name in ("stage", "host", "device"):
-        return text
-    if text == "":
-        return None
-    if name == "throttle":
-        return text
-    value = int(text) if name in ("rank", "xid") else float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} is {text}, not a finite number")
-    return value
+    is not (results/table_csv.py)."""
+    return table_csv.read_rows(path, Sample)
