@@ -5,9 +5,9 @@ offset (i mod steps) x the size, steps = the largest size // the size (common.cu
 consecutive calls walk through the whole allocation, so a size that fits in a cache is not timed
 on a buffer the previous call left warm there. The sweep does the same with an Arena: zeroed
 memory of the largest size per buffer of the op, allocated when first needed, lent to every size
-that fits in it at least twice, and handed back for the sizes that do not. Each buffer of the op gets its own stretch of windows, a view the op shares
-with another (an in-place chunk) stays inside its window, and every window stays zero, since
-every collective of zeros gives zeros. At most MAX_WINDOWS windows are walked, so a tiny message
+that fits in it at least twice, and handed back for the sizes that do not. Each buffer of the op
+gets its own stretch of windows, a view the op shares with another (an in-place chunk) stays
+inside its window, and every window stays zero, since every collective of zeros gives zeros. At most MAX_WINDOWS windows are walked, so a tiny message
 never needs millions of views: the walk spans min(largest size, MAX_WINDOWS x size).
 """
 

@@ -273,18 +273,20 @@ def _run_phase(rank: Rank, plan: CommPlan, sizes: list[int], phase: scopes.Phase
     others' when the phase ends (every rank waits there, so phases never overlap)."""
     worker, folder = rank.worker, rank.folder
     team = phase.team_of(worker.rank)
+
+    def keep(row: CommRow) -> None:
+        if folder is not None:
+            printer.add(row)
+            folder.append("comm", row, min_interval_s=SAVES_APART * folder.save_s)
+
     mine: list[CommRow] = []
     if team is not None:
         for _, row in team_rows(worker, plan, sizes, team, rank.progress):
             if team.rank_of(worker.rank) == 0:
                 mine.append(row)
-            if folder is not None:
-                printer.add(row)
-                folder.append("comm", row, min_interval_s=SAVES_APART * folder.save_s)
+            keep(row)
     gathered: list[list[CommRow]] = [[] for _ in range(worker.world_size)]
     torch.distributed.all_gather_object(gathered, mine if worker.rank != 0 else [])
     for rows in gathered:
         for row in rows:
-            if folder is not None:
-                printer.add(row)
-                folder.append("comm", row, min_interval_s=SAVES_APART * folder.save_s)
+            keep(row)
