@@ -148,10 +148,17 @@ def test_every_row_is_on_disk_as_it_arrives_though_rank_0_dies(tmp_path: Path) -
 
 def test_ctrl_c_stops_every_rank_and_keeps_rows(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterbench", "comm", "--nproc", "2", "--ops", "all", "-e", "64M",
-         "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+    # A terminal's foreground command takes Ctrl-C, but a pytest started in the background (`cmd &` in a
+    # script) ignores SIGINT, and so would the run it starts (nohup's promise, which the run keeps). A signal
+    # with a handler here is back to its default in the program started.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "clusterbench", "comm", "--nproc", "2", "--ops", "all", "-e", "64M",
+             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, before)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

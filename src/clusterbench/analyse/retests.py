@@ -6,7 +6,8 @@ LATENCY_BAR x the median latency, both medians over the healthy nodes' pairs. A 
 when most of its pairs in one direction (two at least) are slow, not counting its pairs with the
 suspects found before it (learn()); every other node is a healthy partner. The retests measure each
 suspect against two healthy partners (those it was slow with first), and every other slow pair once
-more, each keeping its fastest message and round trip: noise only ever slows a link, so a link that
+more, each keeping its fastest message and round trip, and a pair still slow a second time a second
+later, each way keeping the faster look (fleet/links.py): noise only ever slows a link, so a link that
 never reaches the bar in all its messages is slow, and one that reaches it once can. Then:
 - a suspect slow again, the way it was slow (its sends or its receives), against at least two
   different healthy partners is condemned: one slow partner could be that partner's fault, two

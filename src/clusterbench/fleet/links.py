@@ -4,20 +4,30 @@ short while every pair passed, the search for the smallest set of nodes that exp
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from clusterbench.analyse import retests
-from clusterbench.comm.pairwise import measure_pair
+from clusterbench.comm.pairwise import BW_ITERS, measure_pair
 from clusterbench.devices import synchronize
 from clusterbench.rank import Rank
 from clusterbench.results.fleet import Fleet, GroupFigure, Retest
 from clusterbench.results.schema import CommOptions, PairRow
 
 GLOBAL_ITERS = 5
+# A retest keeps its fastest message of at least this many. Healthy 4-node namespace fleets run beside the test
+# suite on 2 cores: of 3 messages (the quick runs' count), 27 of 202 retests stayed below the bar; of 10, 9 of 220.
+# Retests are few: they can take more.
+RETEST_ITERS = 10
+# A pair still slow on retest is looked at again this much later, each way keeping the faster look: a busy
+# host's slow moment can outlast a retest's messages, and seldom comes back for the second look (on the same
+# fleets, 3 of 372 stayed below the bar, each at 0.93-0.96x); a fault does.
+LOOK_APART_S = 1.0
 # The whole fleet's all_reduce moves this many times a pair's message: enough for a ring's steps to be
 # bandwidth-bound, and for a node that cannot keep up to show.
 GLOBAL_SCALE = 4
@@ -26,31 +36,56 @@ GLOBAL_SCALE = 4
 def retest(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], opts: CommOptions, size: int,
            fleet: Fleet) -> None:
     """The slow pairs and the suspects against healthy partners, measured again in rounds of disjoint
-    pairs, each keeping its fastest message (every rank computes the same plan from the same rows)."""
-    worker = rank.worker
+    pairs, each keeping its fastest of RETEST_ITERS messages at least; the pairs still slow, looked at once
+    more LOOK_APART_S later, each way keeping the faster look (every rank computes the same plan from the
+    same rows, and the second look's from the same retests)."""
     if not rows:
         return
     bars, suspects = retests.learn(rows, fleet.pair_bar)
     todo = retests.plan(rows, list(nodes), bars, suspects)
     if not todo:
         return
-    schedule = retests.rounds_of(todo)
-    rank.say(f"# retests: {len(todo)} pair(s) in {len(schedule)} round(s)")
+    again = dataclasses.replace(opts, iters=max(opts.iters or BW_ITERS, RETEST_ITERS))
+    rank.say(f"# retests: {len(todo)} pair(s), the fastest of {again.iters} messages each way")
     first = {(r.src_node, r.dst_node): r.gbps for r in rows if bars.slow(r.gbps, r.latency_us)}
+    why = {frozenset((a, b)): w for a, b, w in todo}
+    kept: dict[tuple[str, str], Retest] = {}
+
+    def keep(found: list[PairRow]) -> None:
+        for r in found:
+            way = (r.src_node, r.dst_node)
+            gbps, latency_us = r.gbps, r.latency_us
+            if (before := kept.get(way)) is not None:  # what the link did at all, in either look
+                gbps, latency_us = max(gbps, before.gbps), min(latency_us, before.latency_us)
+            kept[way] = Retest(*way, gbps, latency_us, first.get(way), bars.slow(gbps, latency_us),
+                               why[frozenset(way)])
+        if rank.folder is not None:
+            fleet.retests = list(kept.values())
+            rank.folder.record(fleet=fleet)
+
+    _look(rank, todo, nodes, again, size, "the retests", keep)
+    slow = [(a, b, w) for a, b, w in todo if kept[(a, b)].slow or kept[(b, a)].slow]
+    if slow:
+        rank.say(f"# {len(slow)} pair(s) slow on retest: looked at again {LOOK_APART_S:g} s later")
+        time.sleep(LOOK_APART_S)
+        _look(rank, slow, nodes, again, size, "the second look", keep)
+
+
+def _look(rank: Rank, pairs: list[tuple[str, str, str]], nodes: dict[str, list[int]], opts: CommOptions, size: int,
+          phase: str, keep: Callable[[list[PairRow]], None]) -> None:
+    """`pairs` of nodes measured in rounds of disjoint pairs, each keeping its fastest message; every
+    round's rows, gathered, go to `keep` on every rank."""
+    worker = rank.worker
+    schedule = retests.rounds_of(pairs)
     for i, batch in enumerate(schedule, 1):
-        rank.progress.at(f"the retests, round {i}/{len(schedule)}")
+        rank.progress.at(f"{phase}, round {i}/{len(schedule)}")
         measured: list[PairRow] = []
         for a, b, _ in batch:
             if worker.rank in (nodes[a][0], nodes[b][0]):
                 measured = measure_pair(worker, nodes[a][0], nodes[b][0], opts, size, 0, best=True)
         everyone: list[list[PairRow]] = [[] for _ in range(worker.world_size)]
         dist.all_gather_object(everyone, measured)
-        if rank.folder is not None:
-            why = {frozenset((a, b)): w for a, b, w in batch}
-            fleet.retests += [Retest(r.src_node, r.dst_node, r.gbps, r.latency_us, first.get((r.src_node, r.dst_node)),
-                                     bars.slow(r.gbps, r.latency_us), why[frozenset((r.src_node, r.dst_node))])
-                              for found in everyone for r in found]
-            rank.folder.record(fleet=fleet)
+        keep([r for found in everyone for r in found])
 
 
 def whole_and_search(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], size: int, bar: float,

@@ -35,7 +35,8 @@ class FleetJob:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair-bytes", type=argtypes.size, help="bytes each way per pair (default 4M CPU, 256M GPU)")
-    p.add_argument("--pair-iters", type=argtypes.whole(1, 1000), help="messages timed per pair and way (default 5)")
+    p.add_argument("--pair-iters", type=argtypes.whole(1, 1000),
+                   help="messages timed per pair and way (default 5; a retest times 10 at least)")
     p.add_argument("--pair-bar", type=argtypes.real(0.0, maximum=1.0),
                    help="a pair is slow below this x the median pair (default 0.5)")
     p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False, maximum=1.0),
