@@ -495,8 +495,14 @@ def cpu_quota(fraction: float) -> Iterator[Callable[[int], None]]:
     try:
         for name, value in limits.items():
             (group / name).write_text(value)
-        # cgroup.procs, not v1's `tasks`: `tasks` takes one thread, and a torch process has many.
-        yield lambda pid: (group / "cgroup.procs").write_text(str(pid))
+
+        def add(pid: int) -> None:
+            # cgroup.procs, not v1's `tasks`: `tasks` takes one thread, and a torch process has many. A process
+            # listed a moment ago may have ended since (a Slurm node's step daemons come and go): nothing to slow.
+            with suppress(ProcessLookupError):
+                (group / "cgroup.procs").write_text(str(pid))
+
+        yield add
     finally:
         for _ in range(50):
             for pid in (group / "cgroup.procs").read_text().split():
