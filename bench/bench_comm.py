@@ -70,7 +70,8 @@ def compare(worker, cfg: dict, progress) -> None:
         ours, bare = [], []
         for _ in range(cfg["rounds"]):
             opts = CommOptions(ops=("all_reduce",), time_budget_s=cfg["budget"])
-            plan = resolve_plan(opts, frozenset(), JobShape(worker.world_size, worker.device.type, worker.backend, None))
+            shape = JobShape(worker.world_size, worker.device.type, worker.backend, None)
+            plan = resolve_plan(opts, frozenset(), shape)
             row = measure(OPS["all_reduce"], worker, plan, count, whole_job(list(worker.members)), arena=arena)
             ours.append(row.duration_us)
             # The bare loop gets the same number of timed iterations clusterbench chose.

@@ -58,8 +58,8 @@ def test_a_tiny_message_walks_at_most_max_windows_and_the_largest_does_not_move(
 
 def check_at_moved_offsets(worker, out_dir: Path, progress) -> None:
     """Per case: check values in the last window, the op run there, then that window zeroed again;
-    then the op run round every window (of the rank with the most) twice on zeros, as timing does. Saved: wrong elements, and whether the
-    arena held anything but zeros after each part."""
+    then the op run round every window (of the rank with the most) twice on zeros, as timing does.
+    Saved: wrong elements, and whether the arena held anything but zeros after each part."""
     team = whole_job(list(worker.members))
     found = {}
     for name, red, in_place in CASES:

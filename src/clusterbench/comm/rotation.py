@@ -7,8 +7,9 @@ on a buffer the previous call left warm there. The sweep does the same with an A
 memory of the largest size per buffer of the op, allocated when first needed, lent to every size
 that fits in it at least twice, and handed back for the sizes that do not. Each buffer of the op
 gets its own stretch of windows, a view the op shares with another (an in-place chunk) stays
-inside its window, and every window stays zero, since every collective of zeros gives zeros. At most MAX_WINDOWS windows are walked, so a tiny message
-never needs millions of views: the walk spans min(largest size, MAX_WINDOWS x size).
+inside its window, and every window stays zero, since every collective of zeros gives zeros. At
+most MAX_WINDOWS windows are walked, so a tiny message never needs millions of views: the walk
+spans min(largest size, MAX_WINDOWS x size).
 """
 
 from __future__ import annotations
