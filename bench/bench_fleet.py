@@ -8,8 +8,10 @@ the real command with its defaults (numerics vote included) and `--iface eth0`. 
 wall time from launch to the last rank's exit, rank 0's phases (run.json's fleet.seconds), rank 0's
 peak memory (VmHWM) and the bytes the fleet's objects take pickled, as they travel to rank 0.
 The projection keeps what is per node (the node-local phase runs on every node at once, so its
-time stays; rank 0 gathers one picture per node) and scales what is per pair: n-1 rounds (n even)
-at the measured time of a round, and the rows every rank receives at each round's end.
+time stays; rank 0 gathers one probe per node) and scales what is per pair, for the default plan of
+pairs (fleet/coverage.py: every pair up to 128 nodes, sampled beyond): its rounds at the measured time of
+a round, and the figures rank 0 receives at each round's end. bench_fleet_scale.py drives rank 0's own
+code at thousands of nodes.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from beds import netns_cluster
 from conftest import finish, start_nodes
 
-from clusterbench.comm.pairwise import rounds
+from clusterbench.fleet import coverage
 from clusterbench.results import codec
 from clusterbench.results.fleet import NodeProbe
-from clusterbench.results.schema import PairRow
+from clusterbench.results.folder import load_run
 
 
 def _peak_kib(pid: int) -> int:
@@ -56,26 +58,29 @@ def one(nodes: int) -> dict:
         done = finish(procs)
         wall = time.monotonic() - start
         run = json.loads((out / "run.json").read_text())
-    fleet = run["fleet"]
-    probes = [codec.load(NodeProbe, p) for p in fleet["probes"]]
-    pairs = [codec.load(PairRow, p) for p in run["pairs"]]
+        fleet = run["fleet"]
+        probes = [codec.load(NodeProbe, p) for p in fleet["probes"]]
+        pairs = load_run(out).pairs
+        csv_bytes = (out / "pairs.csv").stat().st_size
     return {
         "nodes": nodes, "exit": done[0].returncode, "wall_s": wall, "phases_s": fleet["seconds"],
-        "rounds": len(rounds(nodes)), "excluded": [e["node"] for e in fleet["excluded"]],
+        "rounds": fleet["coverage"]["rounds"], "excluded": [e["node"] for e in fleet["excluded"]],
         "rank0_peak_mib": peak / 1024, "probe_bytes": statistics.median(len(pickle.dumps(p)) for p in probes),
-        "row_bytes": statistics.median(len(pickle.dumps(r)) for r in pairs),
-        "json_bytes_per_row": len(json.dumps(run["pairs"])) / max(1, len(pairs)),
+        "csv_bytes_per_row": csv_bytes / max(1, len(pairs)),
     }
 
 
 def project(measured: dict, n: int) -> dict:
+    """n nodes with the default plan of pairs: every pair up to coverage.ALL_UP_TO nodes, sampled beyond."""
     per_round = measured["phases_s"]["pairwise"] / measured["rounds"]
-    rows = n * (n - 1)
+    cover = coverage.plan(n, "auto", coverage.PARTNERS, 0)[1]
+    rows = 2 * cover.pairs
     return {
-        "nodes": n, "rounds": len(rounds(n)),
-        "time_s": measured["phases_s"]["node-local"] + measured["phases_s"].get("rechecks", 0) + len(rounds(n)) * per_round,
-        "gathered_at_rank0_mb": (n * measured["probe_bytes"] + rows * measured["row_bytes"]) / 1e6,
-        "run_json_mb": rows * measured["json_bytes_per_row"] / 1e6,
+        "nodes": n, "rounds": cover.rounds, "mode": cover.mode,
+        "time_s": measured["phases_s"]["node-local"] + measured["phases_s"].get("rechecks", 0) + cover.rounds * per_round,
+        # Each receiver's figures reach rank 0 as three float64s a direction.
+        "gathered_at_rank0_mb": (n * measured["probe_bytes"] + rows * 24) / 1e6,
+        "pairs_csv_mb": rows * measured["csv_bytes_per_row"] / 1e6,
     }
 
 
@@ -88,13 +93,14 @@ def main() -> None:
     for m in found:
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in m["phases_s"].items())
         print(f"{m['nodes']} nodes: {m['wall_s']:.1f} s wall (exit {m['exit']}, excluded {m['excluded'] or 'none'}); "
-              f"{phases}; rank 0 peak {m['rank0_peak_mib']:.0f} MiB; a node's picture {m['probe_bytes']:.0f} B, "
-              f"a pair row {m['row_bytes']:.0f} B pickled, {m['json_bytes_per_row']:.0f} B in run.json")
+              f"{phases}; rank 0 peak {m['rank0_peak_mib']:.0f} MiB; a node's probe {m['probe_bytes']:.0f} B pickled, "
+              f"a pair row {m['csv_bytes_per_row']:.0f} B in pairs.csv")
     largest = found[-1]
     for n in args.project:
         q = project(largest, n)
-        print(f"projected {n} nodes (from {largest['nodes']}): {q['rounds']} rounds, {q['time_s'] / 60:.1f} min of "
-              f"measuring, {q['gathered_at_rank0_mb']:.1f} MB gathered at rank 0, run.json pairs {q['run_json_mb']:.0f} MB")
+        print(f"projected {n} nodes (from {largest['nodes']}): {q['rounds']} rounds ({q['mode']} pairs), "
+              f"{q['time_s'] / 60:.1f} min of measuring, {q['gathered_at_rank0_mb']:.1f} MB gathered at rank 0, "
+              f"pairs.csv {q['pairs_csv_mb']:.0f} MB")
 
 
 if __name__ == "__main__":

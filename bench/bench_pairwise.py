@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from clusterbench.args import size
-from clusterbench.comm.pairwise import BW_ITERS, rounds
+from clusterbench.comm.pairwise import BW_ITERS
+from clusterbench.comm.schedule import rounds
 
 
 def one(nproc: int, max_bytes: int) -> dict:

@@ -64,6 +64,14 @@ def read_run(path: Path) -> dict:
     return json.loads((Path(path) / "run.json").read_text())
 
 
+def read_pairs(path: Path) -> list[dict]:
+    """A run folder's pair rows, from pairs.csv (run.json only counts them), as run.json's sections read."""
+    from clusterbench.results import codec
+    from clusterbench.results.folder import load_run
+
+    return [codec.dump(p) for p in load_run(path).pairs]
+
+
 @pytest.fixture
 def cli():
     return run_cli

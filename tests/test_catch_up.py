@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterbench.errors import UsageError
 from clusterbench.results.folder import RunFolder, load_run
 from clusterbench.results.schema import CommRow, PairRow, StepRow
 from clusterbench.results.table_csv import read_rows
@@ -51,15 +52,15 @@ def test_a_finished_run_is_read_as_saved(tmp_path: Path) -> None:
     assert len(load_run(tmp_path / "r").comm) == 4
 
 
-@pytest.mark.parametrize("damage", ["another run's rows", "a torn line", "other columns"])
+@pytest.mark.parametrize("damage", ["another run's rows", "a row cut short", "other columns"])
 def test_a_csv_that_is_not_this_runs_record_is_left_out(tmp_path: Path, damage: str) -> None:
     killed_between_saves(tmp_path / "r", saved=2, appended=3)
     csv_path = tmp_path / "r" / "comm.csv"
     lines = csv_path.read_text().splitlines(keepends=True)
     if damage == "another run's rows":
         lines[1] = lines[1].replace("all_reduce", "all_gather")
-    elif damage == "a torn line":
-        lines[-1] = lines[-1][:20]
+    elif damage == "a row cut short":
+        lines[3] = lines[3][:20] + "\n"
     else:
         lines[0] = lines[0].replace("busbw_gbps", "bus_bw")
     csv_path.write_text("".join(lines))
@@ -75,3 +76,39 @@ def test_read_rows_names_the_file_and_line_that_does_not_fit(tmp_path: Path) -> 
     csv_path.write_text("".join(lines))
     with pytest.raises(ValueError, match=rf"{csv_path} line 3: "):
         read_rows(csv_path, CommRow)
+
+
+def test_a_last_line_without_its_newline_is_a_write_never_finished_and_the_rows_before_it_count(tmp_path: Path) -> None:
+    killed_between_saves(tmp_path / "r", saved=2, appended=3)
+    csv_path = tmp_path / "r" / "comm.csv"
+    text = csv_path.read_text()
+    csv_path.write_text(text[:-15])  # the kill came in the middle of the last row's write
+    assert len(load_run(tmp_path / "r").comm) == 4
+
+
+def test_the_pairs_live_in_their_csv_alone_and_run_json_counts_them(tmp_path: Path) -> None:
+    folder = killed_between_saves(tmp_path / "r", saved=2, appended=3)
+    folder.finish("complete")
+    on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert "pairs" not in on_disk and on_disk["pair_rows"] == 5
+    assert load_run(tmp_path / "r").pairs == folder.run.pairs
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("gone", r"pairs.csv is missing, and run.json records 5 rows there"),
+    ("cut", r"pairs.csv holds 3 rows, and run.json records 5: the file was cut short"),
+    ("junk", r"the run's pairs.csv cannot be read: .*pairs.csv line 2"),
+])
+def test_pairs_that_run_json_counts_and_the_folder_lacks_are_one_line(tmp_path: Path, damage: str,
+                                                                       message: str) -> None:
+    killed_between_saves(tmp_path / "r", saved=2, appended=3).finish("complete")
+    csv_path = tmp_path / "r" / "pairs.csv"
+    lines = csv_path.read_text().splitlines(keepends=True)
+    if damage == "gone":
+        csv_path.unlink()
+    elif damage == "cut":
+        csv_path.write_text("".join(lines[:4]))
+    else:
+        csv_path.write_text(lines[0] + "0,1,a,b,1024,fast,3.5,0,0\n" + "".join(lines[2:]))
+    with pytest.raises(UsageError, match=message):
+        load_run(tmp_path / "r")

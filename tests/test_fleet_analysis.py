@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from clusterbench import hostlist
-from clusterbench.analyse import agreement, bands, retests
+from clusterbench.analyse import agreement, bands, retests, suspects
 from clusterbench.results.fleet import NodeProbe, Numerics, Retest
-from clusterbench.results.hardware import Hardware
 from clusterbench.results.schema import PairRow
 
 
@@ -67,19 +66,19 @@ def _rounds(nodes: str, slow_sender: str = "", slow_pair: tuple[str, str] = ("",
     return rows
 
 
-def _retest(rows: list[PairRow], plan: list[tuple[str, str, str]], slow_sender: str = "") -> list[Retest]:
-    b, _ = retests.learn(rows, 0.5)
+def _retest(rows: list[PairRow], plan: list[retests.Planned], slow_sender: str = "") -> list[Retest]:
+    b, _ = suspects.learn(rows, 0.5)
     out = []
-    for x, y, why in plan:
-        for src, dst in ((x, y), (y, x)):
+    for p in plan:
+        for src, dst in ((p.a, p.b), (p.b, p.a)):
             gbps = 0.2 if src == slow_sender else 8.0
-            out.append(Retest(src, dst, gbps, 10.0, None, b.slow(gbps, 10.0), why))
+            out.append(Retest(src, dst, gbps, 10.0, None, b.slow(gbps, 10.0), p.why, p.suspect))
     return out
 
 
 def test_a_node_slow_against_two_healthy_partners_is_condemned_and_nobody_else() -> None:
     rows = _rounds("abcdef", slow_sender="c")
-    plan = retests.plan(rows, list("abcdef"), *retests.learn(rows, 0.5))
+    plan = retests.plan(rows, list("abcdef"), *suspects.learn(rows, 0.5))
     assert {frozenset(p[:2]) for p in plan} == {frozenset("ca"), frozenset("cb")}
     found = retests.judge(rows, _retest(rows, plan, slow_sender="c"), list("abcdef"), 0.5)
     assert list(found.condemned) == ["c"] and "sends to" in found.condemned["c"][0]
@@ -90,18 +89,18 @@ def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() 
     """c sends at 0.2 Gbps, e runs at 1 Gbps both ways: 11 of the 20 pairs are theirs, so the median of
     every pair is one of e's (1 Gbps) and e would pass against it; c's pairs set aside, e is found."""
     rows = [_row(a, b, 0.2 if a == "c" else 1.0 if "e" in (a, b) else 8.0) for a in "abcde" for b in "abcde" if a != b]
-    b, suspects = retests.learn(rows, 0.5)
-    assert b.gbps == 8.0 and suspects == {"c": "send", "e": "receive"}
-    plan = retests.plan(rows, list("abcde"), *retests.learn(rows, 0.5))
-    again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), why) for x, y, why in plan for src, dst in ((x, y), (y, x))
-             for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]
+    b, found = suspects.learn(rows, 0.5)
+    assert b.gbps == 8.0 and found == {"c": "send", "e": "receive"}
+    plan = retests.plan(rows, list("abcde"), *suspects.learn(rows, 0.5))
+    again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), p.why, p.suspect) for p in plan
+             for src, dst in ((p.a, p.b), (p.b, p.a)) for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]
     found = retests.judge(rows, again, list("abcde"), 0.5)
     assert sorted(found.condemned) == ["c", "e"] and not found.suspects, found
 
 
 def test_a_pair_slow_once_and_normal_on_retest_is_flaky_not_a_bad_node() -> None:
     rows = _rounds("abcd", slow_pair=("a", "c"))
-    plan = retests.plan(rows, list("abcd"), *retests.learn(rows, 0.5))
+    plan = retests.plan(rows, list("abcd"), *suspects.learn(rows, 0.5))
     assert [p[:2] for p in plan] == [("a", "c")]
     found = retests.judge(rows, _retest(rows, plan), list("abcd"), 0.5)
     assert not found.condemned and not found.suspects and len(found.flaky) == 1
@@ -122,10 +121,10 @@ def _starved_c() -> list[PairRow]:
     return [_row(a, b, gbps, nround=rounds[frozenset((a, b))]) for (a, b), gbps in STARVED_C.items()]
 
 
-def _again(rows: list[PairRow], plan: list[tuple[str, str, str]], figures: dict[tuple[str, str], float]) -> list[Retest]:
-    b, _ = retests.learn(rows, 0.5)
-    return [Retest(src, dst, figures[(src, dst)], 10.0, None, b.slow(figures[(src, dst)], 10.0), why)
-            for x, y, why in plan for src, dst in ((x, y), (y, x))]
+def _again(rows: list[PairRow], plan: list[retests.Planned], figures: dict[tuple[str, str], float]) -> list[Retest]:
+    b, _ = suspects.learn(rows, 0.5)
+    return [Retest(src, dst, figures[(src, dst)], 10.0, None, b.slow(figures[(src, dst)], 10.0), p.why, p.suspect)
+            for p in plan for src, dst in ((p.a, p.b), (p.b, p.a))]
 
 
 def test_a_pair_far_slower_than_its_suspects_other_pairs_is_judged_as_a_link_of_its_own() -> None:
@@ -133,9 +132,9 @@ def test_a_pair_far_slower_than_its_suspects_other_pairs_is_judged_as_a_link_of_
     (~2 Gbps): c does not explain it. On retest c is slow against a, normal against b: c stays a suspect, and
     b -> c, normal on retest, is reported flaky rather than set aside with c's pairs."""
     rows = _starved_c()
-    b, suspects = retests.learn(rows, 0.5)
-    assert suspects == {"c": "receive"}
-    plan = retests.plan(rows, list("abcd"), b, suspects)
+    b, found = suspects.learn(rows, 0.5)
+    assert found == {"c": "receive"}
+    plan = retests.plan(rows, list("abcd"), b, found)
     assert {frozenset(p[:2]) for p in plan} == {frozenset("ca"), frozenset("cb")}
     again = {("c", "a"): 2.6, ("a", "c"): 2.2, ("c", "b"): 14.8, ("b", "c"): 15.4}
     found = retests.judge(rows, _again(rows, plan, again), list("abcd"), 0.5)
@@ -150,7 +149,7 @@ def test_a_pair_far_slower_than_its_suspects_other_pairs_is_judged_as_a_link_of_
 def test_a_pair_its_suspect_does_not_explain_is_a_bad_link_only_when_still_far_slower(b_to_c: float,
                                                                                        verdict: str) -> None:
     rows = _starved_c()
-    plan = retests.plan(rows, list("abcd"), *retests.learn(rows, 0.5))
+    plan = retests.plan(rows, list("abcd"), *suspects.learn(rows, 0.5))
     again = {("c", "a"): 2.6, ("a", "c"): 2.2, ("c", "b"): 2.5, ("b", "c"): b_to_c}
     found = retests.judge(rows, _again(rows, plan, again), list("abcd"), 0.5)
     links = found.flaky if verdict == "flaky" else found.bad_links
@@ -165,7 +164,7 @@ def test_a_pair_its_suspect_does_not_explain_is_measured_again_beside_the_suspec
     and e, slow again against a alone, stays a suspect."""
     figures = {("d", "e"): 0.2, ("e", "d"): 14.0}
     rows = [_row(x, y, figures.get((x, y), 2.0 if "e" in (x, y) else 15.0)) for x in "abcde" for y in "abcde" if x != y]
-    plan = retests.plan(rows, list("abcde"), *retests.learn(rows, 0.5))
+    plan = retests.plan(rows, list("abcde"), *suspects.learn(rows, 0.5))
     assert [p[:2] for p in plan] == [("e", "a"), ("e", "b"), ("d", "e")] and "far slower" in plan[2][2]
     again = {("e", "a"): 2.0, ("a", "e"): 2.0, ("e", "b"): 15.0, ("b", "e"): 15.0, ("d", "e"): 15.0, ("e", "d"): 15.0}
     found = retests.judge(rows, _again(rows, plan, again), list("abcde"), 0.5)
@@ -174,22 +173,23 @@ def test_a_pair_its_suspect_does_not_explain_is_measured_again_beside_the_suspec
 
 def test_two_nodes_cannot_tell_which_is_at_fault() -> None:
     rows = _rounds("ab", slow_sender="a")
-    plan = retests.plan(rows, ["a", "b"], *retests.learn(rows, 0.5))
+    plan = retests.plan(rows, ["a", "b"], *suspects.learn(rows, 0.5))
     found = retests.judge(rows, _retest(rows, plan, slow_sender="a"), ["a", "b"], 0.5)
     assert not found.condemned and set(found.suspects) == {"a", "b"}
 
 
 def test_retests_pack_into_rounds_of_disjoint_pairs() -> None:
-    pairs = [("a", "b", ""), ("a", "c", ""), ("c", "d", ""), ("b", "d", "")]
+    pairs = [retests.Planned("a", "b", ""), retests.Planned("a", "c", ""), retests.Planned("c", "d", ""),
+             retests.Planned("b", "d", "")]
     schedule = retests.rounds_of(pairs)
     assert [len(r) for r in schedule] == [2, 2]
     for batch in schedule:
-        names = [n for a, b, _ in batch for n in (a, b)]
+        names = [n for p in batch for n in (p.a, p.b)]
         assert len(names) == len(set(names))
 
 
 def _probe(node: str, **facts: str) -> NodeProbe:
-    return NodeProbe(node, [0], Hardware(node), {"gpus": "8", **facts}, "k", {})
+    return NodeProbe(node, [0], {"gpus": "8", **facts}, "k", {})
 
 
 def test_the_odd_node_is_named_with_the_majority_value() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from beds import free_port, slurm_cluster, which_or_skip
-from conftest import assert_one_line_error, read_run
+from conftest import assert_one_line_error, read_pairs, read_run
 
 from clusterbench.hostlist import expand as expand_hostlist
 from clusterbench.launchers import Joined, detect
@@ -94,7 +94,7 @@ def test_pairwise_nodes_only_pairs_one_rank_per_node(tmp_path: Path) -> None:
     node0, node1 = torchrun_nodes(2, 2, ("comm", "--pattern", "pairwise", "--nodes-only", "-e", "64K",
                                          "--out", str(out)))
     assert node0.returncode == 0 and node1.returncode == 0, (node0.stderr[-2000:], node1.stderr[-2000:])
-    assert sorted((p["src"], p["dst"]) for p in read_run(out)["pairs"]) == [(0, 2), (2, 0)]
+    assert sorted((p["src"], p["dst"]) for p in read_pairs(out)) == [(0, 2), (2, 0)]
     assert "2 nodes (one rank each) on 2 node(s), 1 round of disjoint pairs" in node0.stdout
 
 

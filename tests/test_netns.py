@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from beds import NetnsBed, netns_cluster
-from conftest import finish, read_run, start_nodes
+from conftest import finish, read_pairs, read_run, start_nodes
 
 NODES = 3
 SLOW = 2
@@ -38,7 +38,7 @@ def test_pairwise_flags_the_slow_node_and_inter_shows_it(tmp_path: Path) -> None
         node0 = on_every_node(bed, ("--pattern", "pairwise", "-e", "1M", "--flag-below", "0.5"), tmp_path / "pairs")[0]
         inter = on_every_node(bed, ("--scope", "inter", "-b", "256K", "-e", "1M", "--iters", "3"),
                               tmp_path / "inter")[0]
-    pairs = read_run(tmp_path / "pairs")["pairs"]
+    pairs = read_pairs(tmp_path / "pairs")
     assert len(pairs) == NODES * (NODES - 1) and all(p["wrong"] == 0 for p in pairs)
     from_slow = [p["gbps"] for p in pairs if p["src_node"] == f"node{SLOW}"]
     others = [p["gbps"] for p in pairs if p["src_node"] != f"node{SLOW}"]

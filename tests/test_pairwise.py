@@ -6,10 +6,10 @@ import itertools
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, read_run, run_cli
+from conftest import assert_one_line_error, read_pairs, read_run, run_cli
 
 from clusterbench.analyse.pairs import flags
-from clusterbench.comm.pairwise import rounds
+from clusterbench.comm.schedule import rounds
 from clusterbench.results.schema import PairRow
 
 
@@ -58,9 +58,10 @@ def test_pairwise_on_three_ranks_writes_the_matrix(tmp_path: Path) -> None:
     proc = run_cli("comm", "--nproc", "3", "--pattern", "pairwise", "-e", "64K", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     doc = read_run(out)
-    assert sorted((p["src"], p["dst"]) for p in doc["pairs"]) == list(itertools.permutations(range(3), 2))
-    assert all(p["wrong"] == 0 and p["gbps"] > 0 and p["latency_us"] > 0 for p in doc["pairs"])
-    assert {p["round"] for p in doc["pairs"]} == {1, 2, 3}
+    pairs = read_pairs(out)
+    assert sorted((p["src"], p["dst"]) for p in pairs) == list(itertools.permutations(range(3), 2))
+    assert all(p["wrong"] == 0 and p["gbps"] > 0 and p["latency_us"] > 0 for p in pairs)
+    assert {p["round"] for p in pairs} == {1, 2, 3} and doc["pair_rows"] == 6
     assert "# pairwise Gbps (row sends, column receives)" in proc.stdout and "round 3/3" in proc.stdout
     assert (out / "pairs.csv").read_text().startswith("src,dst,src_node,dst_node,size_bytes,gbps,latency_us")
 

@@ -10,9 +10,10 @@ the fleet disagrees with, a suspect the retests did not confirm) makes it a susp
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 
 from clusterbench import hostlist
-from clusterbench.analyse import agreement, bands, retests
+from clusterbench.analyse import agreement, bands, racks, retests
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.results.fleet import Band, Exclusion, Fleet, NodeRow
 from clusterbench.results.schema import PairRow, Run
@@ -28,13 +29,18 @@ def nodes_of(run: Run) -> list[str]:
     return list(dict.fromkeys(p.node for p in sorted(run.env.ranks, key=lambda p: p.rank)))
 
 
-def link_figures(rows: list[PairRow], node: str) -> dict[str, float]:
-    """A node's medians over the pairs it sends and receives in, and its median latency."""
-    sent = [r.gbps for r in rows if r.src_node == node]
-    got = [r.gbps for r in rows if r.dst_node == node]
-    lat = [r.latency_us for r in rows if node in (r.src_node, r.dst_node)]
-    figures = {"send_gbps": sent, "recv_gbps": got, "latency_us": lat}
-    return {name: statistics.median(values) for name, values in figures.items() if values}
+def link_figures(rows: list[PairRow]) -> dict[str, dict[str, float]]:
+    """Each node's medians over the pairs it sends and receives in, and its median latency: one pass over
+    the rows, not one per node."""
+    found: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"send_gbps": [], "recv_gbps": [],
+                                                                    "latency_us": []})
+    for r in rows:
+        found[r.src_node]["send_gbps"].append(r.gbps)
+        found[r.dst_node]["recv_gbps"].append(r.gbps)
+        for node in {r.src_node, r.dst_node}:
+            found[node]["latency_us"].append(r.latency_us)
+    return {node: {name: statistics.median(values) for name, values in figures.items() if values}
+            for node, figures in found.items()}
 
 
 def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None) -> Fleet:
@@ -53,6 +59,12 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None) -> Flee
     for node, why in links.suspects.items():
         doubts[node].append(why)
     fleet.flaky, fleet.bad_links = links.flaky, links.bad_links
+    fleet.bad_switches = []
+    for switch, (text, slow) in racks.shared(run.pairs, fleet.racks, links).items():
+        fleet.bad_switches.append(text)
+        for node in slow:
+            (reasons if node in links.condemned else doubts)[node].insert(0, f"behind {switch}, a fault its nodes "
+                                                                              "share (see the switch)")
 
     for node, out in bands.outliers(probes, fleet.bands, fleet.tolerance).items():
         klass = probes[node][0]
@@ -97,12 +109,12 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None) -> Flee
         reasons.setdefault(lost.node, []).append(f"did not finish {lost.during or 'its work'}: rank {lost.rank} "
                                                  "went silent (died, hung or cut off)")
 
-    pairs = run.pairs
+    per_node = link_figures(run.pairs)
     fleet.nodes = []
     for node in nodes:
         klass, figures = probes.get(node, ("?", {}))
         verdict = "EXCLUDE" if reasons.get(node) else "SUSPECT" if doubts.get(node) else "PASS"
-        fleet.nodes.append(NodeRow(node, klass, {**figures, **link_figures(pairs, node)}, verdict,
+        fleet.nodes.append(NodeRow(node, klass, {**figures, **per_node.get(node, {})}, verdict,
                                    reasons.get(node, []) + doubts.get(node, []) + cleared.get(node, [])))
     fleet.excluded = [Exclusion(r.node, reasons[r.node]) for r in fleet.nodes if r.verdict == "EXCLUDE"]
     fleet.exclude = hostlist.compress([e.node for e in fleet.excluded])

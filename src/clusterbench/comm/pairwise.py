@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from clusterbench.comm import scopes, table
+from clusterbench.comm.schedule import round_rows, rounds
 from clusterbench.comm.values import Values, dtype_named
 from clusterbench.devices import synchronize
 from clusterbench.dist import Worker
@@ -28,21 +30,6 @@ from clusterbench.results.schema import CommOptions, PairRow
 PAIR_BYTES = {"cpu": 4 * 1024**2, "cuda": 256 * 1024**2}
 BW_ITERS = 5
 LATENCY_ITERS = 20
-# Rank 0 saves the rows at most this often (and at the end, however the run ends): a fleet of a
-# thousand nodes would otherwise rewrite a run.json of a million rows after each of its 1,023 rounds.
-SAVE_EVERY_S = 2.0
-
-
-def rounds(n: int) -> list[list[tuple[int, int]]]:
-    """Every pair of 0..n-1 exactly once, in rounds of disjoint pairs: n-1 rounds (n rounds for odd n)."""
-    seats: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
-    m = len(seats)
-    out = []
-    for _ in range(m - 1):
-        pairs = [(seats[i], seats[m - 1 - i]) for i in range(m // 2)]
-        out.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
-        seats = [seats[0], seats[-1], *seats[1:-1]]  # keep the first seat, turn the rest one place
-    return out
 
 
 @dataclass(frozen=True)
@@ -109,28 +96,32 @@ class _Link:
         return (time.perf_counter() - stamps[0]) / (2 * iters)
 
 
-def measure_pair(worker: Worker, a: int, b: int, opts: CommOptions, size: int, nround: int,
-                 best: bool = False) -> list[PairRow]:
-    """This rank's half of pair (a, b): each direction's bandwidth (kept by its receiver), then latency;
-    `best`: the fastest message and round trip, not the typical one."""
+def measure_pair(worker: Worker, a: int, b: int, opts: CommOptions, size: int,
+                 best: bool = False) -> tuple[float, float, int]:
+    """This rank's half of pair (a, b): each direction's bandwidth (kept by its receiver), then latency.
+    Returns what this rank received: Gbps, one-way latency in microseconds, wrong elements; `best`: the
+    fastest message and round trip, not the typical one."""
     dtype = dtype_named(opts.dtype)
     count = max(1, size // dtype.itemsize)
     values = Values(dtype, worker.device, None, worker.world_size, zeros=False)
     peer = b if worker.rank == a else a
     link = _Link(worker.rank, peer, count, values, worker.device)
     iters = opts.iters or BW_ITERS
-    received = {}
+    received = None
     for src in (a, b):
         got = link.stream(src, iters, best)
-        if got is not None:
-            received[src] = got
+        received = got if got is not None else received
+    assert received is not None  # one of the two directions comes into this rank
     small = max(1, opts.min_bytes // dtype.itemsize)
     one_way = link.ping(worker.rank == a, small, LATENCY_ITERS, best)
-    nodes = {m.rank: m.node for m in worker.members}
-    nbytes = count * dtype.itemsize
-    return [PairRow(src=src, dst=worker.rank, src_node=nodes[src], dst_node=nodes[worker.rank], size_bytes=nbytes,
-                    gbps=nbytes * 8 / seconds / 1e9, latency_us=one_way * 1e6, wrong=wrong, round=nround)
-            for src, (seconds, wrong) in received.items()]
+    seconds, wrong = received
+    return message_bytes(opts, size) * 8 / seconds / 1e9, one_way * 1e6, wrong
+
+
+def message_bytes(opts: CommOptions, size: int) -> int:
+    """The bytes a pair's message holds: `size` in whole elements of the sweep's dtype."""
+    itemsize = dtype_named(opts.dtype).itemsize
+    return max(1, size // itemsize) * itemsize
 
 
 def run_pairwise(rank: Rank, opts: CommOptions) -> None:
@@ -141,36 +132,75 @@ def run_pairwise(rank: Rank, opts: CommOptions) -> None:
         raise UsageError("--nodes-only: the job runs on one node, so there is no pair of nodes to measure")
     size = opts.max_bytes or PAIR_BYTES.get(worker.device.type, PAIR_BYTES["cpu"])
     who = f"{len(players)} {'nodes (one rank each)' if opts.nodes_only else 'ranks'} on {len(nodes)} node(s)"
-    count = len(rounds(len(players)))
-    rank.say(f"# clusterbench comm --pattern pairwise: {who}, {count} round{'s' * (count > 1)} of disjoint pairs, "
-             f"{size} B each way, backend {worker.backend}")
-    measure_rounds(rank, players, opts, size)
+    schedule = rounds(len(players))
+    rank.say(f"# clusterbench comm --pattern pairwise: {who}, {len(schedule)} round{'s' * (len(schedule) > 1)} of "
+             f"disjoint pairs, {size} B each way, backend {worker.backend}")
+    measure_rounds(rank, players, opts, size, schedule)
     if rank.folder is not None:
         rank.say(table.pair_summary(rank.folder.run.pairs, opts.unit, opts.flag_below))
 
 
-def measure_rounds(rank: Rank, players: list[int], opts: CommOptions, size: int,
-                   phase: str = "pairwise") -> list[PairRow]:
-    """Every pair of `players` (ranks) in rounds of disjoint pairs, `size` bytes each way; rank 0
-    records each round's rows as it ends. Returns every row, on every rank."""
+def measure_rounds(rank: Rank, players: list[int], opts: CommOptions, size: int, schedule: list[list[tuple[int, int]]],
+                   phase: str = "pairwise", best: bool = False,
+                   keep: Callable[[list[PairRow]], None] | None = None) -> list[PairRow]:
+    """The pairs of `players` (ranks, by their index in it) round by round, `size` bytes each way; each
+    receiver's figures go to rank 0 as numbers in one reduce per round, and every rank waits at the end of
+    each round, so a pair never shares its links with the next round's. Rank 0 hands each round's rows to
+    `keep` as the round ends (by default: appended to pairs.csv, and the round said done), and returns every
+    row; the other ranks keep nothing and return []. `best`: each pair's fastest message and round trip (a
+    retest's question), rows of round 0."""
     worker, folder = rank.worker, rank.folder
-    schedule = rounds(len(players))
+    node_of = {m.rank: m.node for m in worker.members}
+    nbytes = message_bytes(opts, size)
     started = time.monotonic()
     found: list[PairRow] = []
+    playing = worker.rank in players
+    if not playing:
+        rank.progress.at(f"{phase} rounds, none of them this rank's")  # one note, not one a round
     for i, pairs in enumerate(schedule, 1):
-        rank.progress.at(f"{phase} round {i}/{len(schedule)}")
-        mine: list[PairRow] = []
-        for a, b in ((players[a], players[b]) for a, b in pairs):
+        if not pairs:
+            continue
+        if playing:
+            rank.progress.at(f"{phase} round {i}/{len(schedule)}")
+        slots = torch.zeros(2 * len(pairs), 3, dtype=torch.float64, device=worker.device)
+        for q, (x, y) in enumerate(pairs):
+            a, b = players[x], players[y]
             if worker.rank in (a, b):
-                mine = measure_pair(worker, a, b, opts, size, i)
-        everyone: list[list[PairRow]] = [[] for _ in range(worker.world_size)]
-        dist.all_gather_object(everyone, mine)  # also the end of the round for every rank
-        rows = [r for rows in everyone for r in rows]
+                slots[2 * q + (worker.rank == a)] = torch.tensor(measure_pair(worker, a, b, opts, size, best),
+                                                                 dtype=torch.float64)
+        dist.reduce(slots, dst=0)
+        dist.barrier()  # the end of the round for every rank
+        if worker.rank != 0:
+            continue
+        rows = round_rows(slots.tolist(), pairs, players, node_of, nbytes, 0 if best else i)
         found += rows
-        if folder is not None:
-            for row in rows:
-                folder.append("pairs", row, min_interval_s=SAVE_EVERY_S)
+        if keep is not None:
+            keep(rows)
+        elif folder is not None:
+            folder.extend("pairs", rows)
             rank.say(f"# round {i}/{len(schedule)} done after {time.monotonic() - started:.1f} s")
-    if folder is not None:
-        folder.flush()
     return found
+
+
+def share_rounds(worker: Worker, schedule: list[list[tuple[int, int]]] | None) -> list[list[tuple[int, int]]]:
+    """Rank 0's rounds of pairs (`schedule`, None elsewhere) on every rank, as numbers: their count, then one
+    (round, a, b) row per pair, broadcast from rank 0. Rank 0 alone holds what they were planned from."""
+    flat = [(i, a, b) for i, pairs in enumerate(schedule or []) for a, b in pairs]
+    size = torch.tensor([len(flat), len(schedule or [])], dtype=torch.int64, device=worker.device)
+    dist.broadcast(size, src=0)
+    count, nrounds = size.tolist()
+    table = torch.tensor(flat, dtype=torch.int64, device=worker.device).reshape(-1, 3) if worker.rank == 0 else \
+        torch.empty(count, 3, dtype=torch.int64, device=worker.device)
+    if count:
+        dist.broadcast(table, src=0)
+    shared: list[list[tuple[int, int]]] = [[] for _ in range(nrounds)]
+    for i, a, b in table.tolist():
+        shared[i].append((a, b))
+    return shared
+
+
+def share_figure(worker: Worker, value: float | None) -> float:
+    """Rank 0's figure (`value`, None elsewhere) on every rank."""
+    t = torch.tensor([value or 0.0], dtype=torch.float64, device=worker.device)
+    dist.broadcast(t, src=0)
+    return t.item()

@@ -29,11 +29,6 @@ from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.rank import Progress, Rank
 from clusterbench.results.schema import CommOptions, CommRow
 
-# run.json grows with every row: it is rewritten once its last save lies this many times that
-# save's duration back, so saving costs the sweep about a fiftieth of its time, however many rows;
-# each row is in comm.csv at once.
-SAVES_APART = 50
-
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:
     dtype = dtype_named(opts.dtype)
@@ -277,7 +272,7 @@ def _run_phase(rank: Rank, plan: CommPlan, sizes: list[int], phase: scopes.Phase
     def keep(row: CommRow) -> None:
         if folder is not None:
             printer.add(row)
-            folder.append("comm", row, min_interval_s=SAVES_APART * folder.save_s)
+            folder.append("comm", row, min_interval_s=folder.hot_interval_s)
 
     mine: list[CommRow] = []
     if team is not None:

@@ -7,16 +7,16 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from clusterbench.analyse import retests
-from clusterbench.comm.pairwise import BW_ITERS, measure_pair
+from clusterbench.analyse.retests import Planned
+from clusterbench.comm.pairwise import BW_ITERS, measure_rounds, share_figure, share_rounds
 from clusterbench.devices import synchronize
 from clusterbench.rank import Rank
-from clusterbench.results.fleet import Fleet, GroupFigure, Retest
+from clusterbench.results.fleet import Fleet, GroupFigure
 from clusterbench.results.schema import CommOptions, PairRow
 
 GLOBAL_ITERS = 5
@@ -40,62 +40,46 @@ SEARCH_LOOKS = 2
 
 def retest(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], opts: CommOptions, size: int,
            fleet: Fleet) -> None:
-    """The slow pairs and the suspects against healthy partners, measured again in rounds of disjoint
-    pairs, each keeping its fastest of RETEST_ITERS messages at least; the pairs still slow, looked at once
-    more LOOK_APART_S later, each way keeping the faster look (every rank computes the same plan from the
-    same rows, and the second look's from the same retests)."""
-    if not rows:
-        return
-    bars, suspects = retests.learn(rows, fleet.pair_bar)
-    todo = retests.plan(rows, list(nodes), bars, suspects)
-    if not todo:
+    """The slow pairs and the suspects against healthy partners, measured again in rounds of disjoint pairs,
+    each keeping its fastest of RETEST_ITERS messages at least; the pairs still slow, looked at once more
+    LOOK_APART_S later, each way keeping the faster look. Rank 0 plans both looks from the rows it alone
+    holds (`rows`; [] elsewhere) and hands every rank the rounds as numbers."""
+    worker = rank.worker
+    names = list(nodes)
+    leaders = [nodes[n][0] for n in names]
+    index = {n: i for i, n in enumerate(names)}
+    looks = retests.Looks(rows, names, fleet.pair_bar) if worker.rank == 0 else None
+    first = share_rounds(worker, _indexed(retests.rounds_of(looks.todo), index) if looks is not None else None)
+    if not first:
         return
     again = dataclasses.replace(opts, iters=max(opts.iters or BW_ITERS, RETEST_ITERS))
-    rank.say(f"# retests: {len(todo)} pair(s), the fastest of {again.iters} messages each way")
-    first = {(r.src_node, r.dst_node): r.gbps for r in rows if bars.slow(r.gbps, r.latency_us)}
-    why = {frozenset((a, b)): w for a, b, w in todo}
-    kept: dict[tuple[str, str], Retest] = {}
+    if looks is not None:
+        rank.say(f"# retests: {len(looks.todo)} pair(s), the fastest of {again.iters} messages each way")
 
     def keep(found: list[PairRow]) -> None:
-        for r in found:
-            way = (r.src_node, r.dst_node)
-            gbps, latency_us = r.gbps, r.latency_us
-            if (before := kept.get(way)) is not None:  # what the link did at all, in either look
-                gbps, latency_us = max(gbps, before.gbps), min(latency_us, before.latency_us)
-            kept[way] = Retest(*way, gbps, latency_us, first.get(way), bars.slow(gbps, latency_us),
-                               why[frozenset(way)])
-        if rank.folder is not None:
-            fleet.retests = list(kept.values())
-            rank.folder.record(fleet=fleet)
+        assert looks is not None and rank.folder is not None  # rank 0's hands
+        looks.keep(found)
+        fleet.retests = list(looks.kept.values())
+        rank.folder.record(fleet=fleet, min_interval_s=rank.folder.hot_interval_s)
 
-    _look(rank, todo, nodes, again, size, "the retests", keep)
-    slow = [(a, b, w) for a, b, w in todo if kept[(a, b)].slow or kept[(b, a)].slow]
-    if slow:
-        rank.say(f"# {len(slow)} pair(s) slow on retest: looked at again {LOOK_APART_S:g} s later")
+    measure_rounds(rank, leaders, again, size, first, "the retests", best=True, keep=keep)
+    still = looks.still_slow() if looks is not None else []
+    second = share_rounds(worker, _indexed(retests.rounds_of(still), index) if looks is not None else None)
+    if second:
+        rank.say(f"# {len(still)} pair(s) slow on retest: looked at again {LOOK_APART_S:g} s later")
         time.sleep(LOOK_APART_S)
-        _look(rank, slow, nodes, again, size, "the second look", keep)
+        measure_rounds(rank, leaders, again, size, second, "the second look", best=True, keep=keep)
+    if rank.folder is not None:
+        rank.folder.record(fleet=fleet)
 
 
-def _look(rank: Rank, pairs: list[tuple[str, str, str]], nodes: dict[str, list[int]], opts: CommOptions, size: int,
-          phase: str, keep: Callable[[list[PairRow]], None]) -> None:
-    """`pairs` of nodes measured in rounds of disjoint pairs, each keeping its fastest message; every
-    round's rows, gathered, go to `keep` on every rank."""
-    worker = rank.worker
-    schedule = retests.rounds_of(pairs)
-    for i, batch in enumerate(schedule, 1):
-        rank.progress.at(f"{phase}, round {i}/{len(schedule)}")
-        measured: list[PairRow] = []
-        for a, b, _ in batch:
-            if worker.rank in (nodes[a][0], nodes[b][0]):
-                measured = measure_pair(worker, nodes[a][0], nodes[b][0], opts, size, 0, best=True)
-        everyone: list[list[PairRow]] = [[] for _ in range(worker.world_size)]
-        dist.all_gather_object(everyone, measured)
-        keep([r for found in everyone for r in found])
+def _indexed(schedule: list[list[Planned]], index: dict[str, int]) -> list[list[tuple[int, int]]]:
+    return [[(index[p.a], index[p.b]) for p in pairs] for pairs in schedule]
 
 
 def whole_and_search(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], size: int, bar: float,
                      fleet: Fleet) -> None:
-    """The all_reduce across every node; where it runs below `bar` x the median pair, halve the fleet
+    """The all_reduce across every node; where it runs below `bar` x the median pair (rank 0's `rows`), halve the fleet
     while one half is below `bar` x the other, then test the last two nodes each beside a node of the
     fast half: the set that stays slow is the smallest that explains the whole. Each team of the search keeps
     the faster of SEARCH_LOOKS looks."""
@@ -103,7 +87,7 @@ def whole_and_search(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]
     names = list(nodes)
     rank.progress.at("the all_reduce across nodes")
     [whole] = _all_reduce(rank, [names], nodes, nbytes)
-    median = statistics.median(r.gbps for r in rows) if rows else 0.0
+    median = share_figure(rank.worker, statistics.median(r.gbps for r in rows) if rows else None)
     rank.say(f"# all_reduce across {len(names)} nodes (one rank each), {nbytes} B: busbw {whole.busbw_gbps:.3g} Gbps, "
              f"{whole.busbw_gbps / median if median else 0:.2f}x the median pair")
     if rank.folder is not None:

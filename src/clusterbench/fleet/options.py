@@ -24,3 +24,7 @@ class FleetOptions:
     dry_run: bool = False
     one_node_ok: bool = False  # `run`: a job on one node has no fleet to judge, and says so
     whole: bool = False  # --global: the all_reduce across every node, and the search where it falls short
+    pairs: str = "auto"  # which pairs the rounds measure: "all", "sampled", or "auto" (all up to ALL_UP_TO nodes)
+    partners: int | None = None  # sampled: distinct partners per node; None: coverage.PARTNERS
+    seed: int | None = None  # sampled: what draws the pairings; None: drawn by rank 0, recorded
+    topology: Path | None = None  # node -> leaf switch: Slurm's topology.conf, or `NODE SWITCH` lines

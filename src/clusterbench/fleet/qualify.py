@@ -7,22 +7,25 @@ that dies takes nothing measured with it.
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import torch.distributed as dist
 
 from clusterbench.analyse import bands
-from clusterbench.comm import pairwise, scopes
+from clusterbench.comm import scopes
 from clusterbench.comm.pairwise import PAIR_BYTES, measure_rounds
 from clusterbench.errors import UsageError
-from clusterbench.fleet import links, local
+from clusterbench.fleet import coverage, links, local
 from clusterbench.fleet.options import ONE_NODE, FleetOptions
+from clusterbench.inputs.topology import Topology
 from clusterbench.rank import Rank
+from clusterbench.report.fleet import SHOWN_ALL
 from clusterbench.results.fleet import Fleet
 from clusterbench.results.schema import CommOptions
 
 
-def qualify(rank: Rank, plan: FleetOptions) -> None:
+def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None) -> None:
     worker = rank.worker
     nodes = scopes.node_order(list(worker.members))
     if len(nodes) < 2:
@@ -30,7 +33,8 @@ def qualify(rank: Rank, plan: FleetOptions) -> None:
             rank.say("# fleet: the job runs on one node: no fleet to compare")
             return
         raise UsageError(ONE_NODE)
-    fleet = Fleet(pair_bar=plan.pair_bar, tolerance=plan.tolerance)
+    racks, seed = _agreed(rank, plan, topology, list(nodes))
+    fleet = Fleet(pair_bar=plan.pair_bar, tolerance=plan.tolerance, racks=racks)
     if len(nodes) == 2:
         fleet.note = "two nodes cannot vote: a difference between them names both as suspects, neither as at fault"
     rank.say(f"# clusterbench fleet: {len(nodes)} nodes, {worker.world_size} ranks, backend {worker.backend}")
@@ -45,8 +49,10 @@ def qualify(rank: Rank, plan: FleetOptions) -> None:
     if rank.folder is not None:
         fleet.probes, fleet.numerics = local.assemble(parts, nodes)
         rank.folder.record(fleet=fleet)
-        for p in fleet.probes:
+        for p in fleet.probes[:SHOWN_ALL]:
             rank.say(f"#   {p.node}: " + ", ".join(f"{bands.METRICS[k]} {v:.3g}" for k, v in p.metrics.items()))
+        if len(fleet.probes) > SHOWN_ALL:
+            rank.say(f"#   and {len(fleet.probes) - SHOWN_ALL} more nodes (each one's figures: run.json, the report)")
     clock.lap("node-local")
 
     rank.progress.at("the node-local rechecks")
@@ -57,17 +63,19 @@ def qualify(rank: Rank, plan: FleetOptions) -> None:
         rank.say(f"# measured again alone: {', '.join(again[0])}")
         chosen = {n: nodes[n] for n in again[0]}
         parts = _gathered(rank, local.measure(worker, chosen, groups, plan.peak_seconds, 0))
-        if rank.folder is not None:
+        if rank.folder is not None:  # saved with the plan of pairs, next
             fleet.rechecks = {p.node: p.metrics for p in local.assemble(parts, chosen)[0]}
-            rank.folder.record(fleet=fleet)
     clock.lap("rechecks")
 
     leaders = [ranks[0] for ranks in nodes.values()]
     opts = CommOptions(iters=plan.pair_iters, flag_below=plan.pair_bar, nodes_only=True)
     size = plan.pair_bytes or PAIR_BYTES.get(worker.device.type, PAIR_BYTES["cpu"])
-    rank.say(f"# pairwise phase: {len(nodes)} nodes, {len(pairwise.rounds(len(nodes)))} rounds of disjoint pairs, "
-             f"{size} B each way")
-    rows = measure_rounds(rank, leaders, opts, size, phase="the pairwise phase,")
+    schedule, fleet.coverage = coverage.plan(len(nodes), _mode(plan), plan.partners or coverage.PARTNERS, seed,
+                                             [fleet.racks[n] for n in nodes] if fleet.racks else None)
+    if rank.folder is not None:
+        rank.folder.record(fleet=fleet)
+    rank.say(f"# pairwise phase: {len(nodes)} nodes, {coverage.summary(fleet.coverage)}, {size} B each way")
+    rows = measure_rounds(rank, leaders, opts, size, schedule, phase="the pairwise phase,")
     clock.lap("pairwise")
     links.retest(rank, rows, nodes, opts, size, fleet)
     clock.lap("retests")
@@ -76,8 +84,36 @@ def qualify(rank: Rank, plan: FleetOptions) -> None:
         clock.lap("global")
 
 
+def _mode(plan: FleetOptions) -> str:
+    """--pairs, or sampled where only --partners was given, or the default's choice by the fleet's size."""
+    return plan.pairs if plan.pairs != "auto" else "sampled" if plan.partners is not None else "auto"
+
+
+def _agreed(rank: Rank, plan: FleetOptions, topology: Topology | None, nodes: list[str]) -> tuple[dict[str, str], int]:
+    """What every rank plans the rounds from, as rank 0 has it: each node's rack (rank 0's reading of --topology,
+    checked against the job's nodes) and the seed (--seed, or one rank 0 draws); or the one line that refuses
+    them, on every rank, before anything is measured."""
+    problem, racks = None, {}
+    if plan.partners is not None and plan.partners > len(nodes) - 1:
+        problem = (f"--partners {plan.partners}: the fleet has {len(nodes)} nodes, so a node has {len(nodes) - 1} "
+                   "partners at most")
+    elif topology is not None:
+        try:
+            topology.check(nodes)
+            racks = {n: topology.racks[n] for n in nodes}
+        except UsageError as e:
+            problem = str(e)
+    seed = plan.seed if plan.seed is not None else secrets.randbelow(2**31)
+    shared = [problem, racks, seed]
+    dist.broadcast_object_list(shared, src=0)
+    if shared[0] is not None:
+        raise UsageError(shared[0])
+    return shared[1], shared[2]
+
+
 class _Clock:
-    """Each phase's seconds, kept in the fleet's record on rank 0: where a fleet's time goes."""
+    """Each phase's seconds, kept in the fleet's record on rank 0: where a fleet's time goes. Saved with the
+    next save of run.json (a phase saves what it measured itself), or this one where the last lies far back."""
 
     def __init__(self, rank: Rank, fleet: Fleet) -> None:
         self.rank, self.fleet, self.last = rank, fleet, time.monotonic()
@@ -86,7 +122,7 @@ class _Clock:
         now = time.monotonic()
         if self.rank.folder is not None:
             self.fleet.seconds[phase] = now - self.last
-            self.rank.folder.record(fleet=self.fleet)
+            self.rank.folder.record(fleet=self.fleet, min_interval_s=self.rank.folder.hot_interval_s)
         self.last = now
 
 

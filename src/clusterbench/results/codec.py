@@ -20,6 +20,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -57,10 +58,33 @@ class SchemaError(ValueError):
         self.where = where
 
 
+# Field metadata: a table whose rows live in a CSV beside the document, not in it (read, where an older
+# document still holds them).
+IN_CSV = {"in_csv": True}
+
+
+_PLAIN = frozenset((str, int, bool, type(None)))  # JSON's own values, written as they are
+
+
 def dump(value: Any) -> Any:
     """A record (or any value inside one) as plain JSON values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    # A fleet's run.json holds millions of values: plain ones are passed through without a call.
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is list or kind is tuple:
+        return [v if type(v) in _PLAIN else dump(v) for v in value]
+    if kind is dict:
+        return {str(k): v if type(v) in _PLAIN else dump(v) for k, v in value.items()}
+    names = _dumped_fields(kind)
+    if names is not None:
+        out = {}
+        for name in names:
+            v = getattr(value, name)
+            out[name] = v if type(v) in _PLAIN else dump(v)
+        return out
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (list, tuple)):
@@ -72,128 +96,225 @@ def dump(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _dumped_fields(kind: type) -> tuple[str, ...] | None:
+    """A record type's fields as run.json holds them (not those kept in a CSV); None for any other type."""
+    if not dataclasses.is_dataclass(kind):
+        return None
+    return tuple(f.name for f in dataclasses.fields(kind) if not f.metadata.get("in_csv"))
+
+
 def load(tp: Any, value: Any, where: str = "") -> Any:
     """`value` (parsed JSON) as type `tp`, or SchemaError naming the first field that does not fit."""
+    try:
+        return _loader(tp)(value)
+    except _Fault as fault:
+        raise SchemaError(_joined(where, reversed(fault.steps)), fault.message) from None
+
+
+class _Fault(Exception):
+    """A value that does not fit, on its way out of the loaders: each container it passes adds its step
+    (a field or key name, or a list index), so that the path is written only for a value refused."""
+
+    def __init__(self, message: str, *steps: str | int) -> None:
+        super().__init__(message)
+        self.message, self.steps = message, list(steps)
+
+
+def _joined(where: str, steps: Any) -> str:
+    for step in steps:
+        where = f"{where}[{step}]" if isinstance(step, int) else f"{where}.{step}" if where else step
+    return where
+
+
+def _at(step: str | int, load_item: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return load_item(value)
+    except _Fault as fault:
+        fault.steps.append(step)
+        raise
+
+
+@functools.cache
+def _loader(tp: Any) -> Callable[[Any], Any]:
+    """The function that loads a value of type `tp`: built once per type, so that a run.json of a million
+    values is not a million lookups of its type's shape."""
     origin = typing.get_origin(tp)
     if tp is Any:
-        return value
+        return lambda value: value
     if origin in (Union, types.UnionType):
-        return _union(typing.get_args(tp), value, where)
+        return _union_loader(typing.get_args(tp))
     if origin is Literal:
         allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise SchemaError(where, f"expected one of {', '.join(map(repr, allowed))}, got {_show(value)}")
-        return value
+
+        def literal(value: Any) -> Any:
+            if value not in allowed:
+                raise _Fault(f"expected one of {', '.join(map(repr, allowed))}, got {_show(value)}")
+            return value
+        return literal
     if origin in (list, tuple):
-        if not isinstance(value, list):
-            raise SchemaError(where, f"expected a list, got {_show(value)}")
-        args = typing.get_args(tp)
-        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, int]: that many, each its type
-            if len(value) != len(args):
-                raise SchemaError(where, f"expected a list of {len(args)} values, got {len(value)}")
-            return tuple(load(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(args, value)))
-        item = args[0] if args else Any
-        items = [load(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return _sequence_loader(origin, typing.get_args(tp))
     if origin is dict:
-        if not isinstance(value, dict):
-            raise SchemaError(where, f"expected an object, got {_show(value)}")
-        item = typing.get_args(tp)[1]
-        return {k: load(item, v, f"{where}.{k}" if where else k) for k, v in value.items()}
+        item = _loader(typing.get_args(tp)[1])
+
+        def mapping(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise _Fault(f"expected an object, got {_show(value)}")
+            out = {}
+            for k, v in value.items():
+                try:
+                    out[k] = item(v)
+                except _Fault as fault:
+                    fault.steps.append(k)
+                    raise
+            return out
+        return mapping
     if dataclasses.is_dataclass(tp):
-        return _record(tp, value, where)
-    return _scalar(tp, value, where)
+        return _record_loader(tp)
+    return _scalar_loader(tp)
 
 
-def _union(options: tuple[Any, ...], value: Any, where: str) -> Any:
-    if value is None:
-        if type(None) in options:
-            return None
-        raise SchemaError(where, "expected a value, got null")
-    real = [o for o in options if o is not type(None)]
-    if len(real) == 1:
-        return load(real[0], value, where)
-    for option in real:
+def _union_loader(options: tuple[Any, ...]) -> Callable[[Any], Any]:
+    optional = type(None) in options
+    real = [_loader(o) for o in options if o is not type(None)]
+
+    def union(value: Any) -> Any:
+        if value is None:
+            if optional:
+                return None
+            raise _Fault("expected a value, got null")
+        if len(real) == 1:
+            return real[0](value)
+        for option in real:
+            try:
+                return option(value)
+            except _Fault:
+                continue
+        raise _Fault(f"no type fits {_show(value)}")
+    return union
+
+
+def _sequence_loader(origin: Any, args: tuple[Any, ...]) -> Callable[[Any], Any]:
+    if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, int]: that many, each its type
+        loaders = [_loader(t) for t in args]
+
+        def fixed(value: Any) -> Any:
+            if not isinstance(value, list):
+                raise _Fault(f"expected a list, got {_show(value)}")
+            if len(value) != len(loaders):
+                raise _Fault(f"expected a list of {len(loaders)} values, got {len(value)}")
+            return tuple(_at(i, f, v) for i, (f, v) in enumerate(zip(loaders, value)))
+        return fixed
+    item = _loader(args[0] if args else Any)
+
+    def sequence(value: Any) -> Any:
+        if not isinstance(value, list):
+            raise _Fault(f"expected a list, got {_show(value)}")
         try:
-            return load(option, value, where)
-        except SchemaError:
-            continue
-    raise SchemaError(where, f"no type fits {_show(value)}")
+            items = [item(v) for v in value]
+        except _Fault as fault:  # which item: found again, only now that one failed
+            for i, v in enumerate(value):
+                try:
+                    item(v)
+                except _Fault:
+                    fault.steps.append(i)
+                    break
+            raise
+        return tuple(items) if origin is tuple else items
+    return sequence
 
 
-def _scalar(tp: Any, value: Any, where: str) -> Any:
+def _scalar_loader(tp: Any) -> Callable[[Any], Any]:
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SchemaError(where, f"expected a number, got {_show(value)}")
-        if not math.isfinite(value):
-            raise SchemaError(where, f"{value} is not a finite number")
-        return float(value)
+        def real(value: Any) -> float:
+            if type(value) is float:
+                if not math.isfinite(value):
+                    raise _Fault(f"{value} is not a finite number")
+                return value
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _Fault(f"expected a number, got {_show(value)}")
+            if not math.isfinite(value):
+                raise _Fault(f"{value} is not a finite number")
+            return float(value)
+        return real
     if tp is int:
-        # 3.0 is a whole number as JSON writers outside Python spell it; past 2**53 a float is not exact.
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer()
-                                                                       and abs(value) <= _EXACT)):
-            raise SchemaError(where, f"expected a whole number, got {_show(value)}")
-        return int(value)
+        def whole(value: Any) -> int:
+            # 3.0 is a whole number as JSON writers outside Python spell it; past 2**53 a float is not exact.
+            if type(value) is int:
+                return value
+            if isinstance(value, bool) or not (isinstance(value, int) or (
+                    isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT)):
+                raise _Fault(f"expected a whole number, got {_show(value)}")
+            return int(value)
+        return whole
     if tp is bool:
-        if not isinstance(value, bool):
-            raise SchemaError(where, f"expected true or false, got {_show(value)}")
-        return value
+        def truth(value: Any) -> bool:
+            if not isinstance(value, bool):
+                raise _Fault(f"expected true or false, got {_show(value)}")
+            return value
+        return truth
     if tp is str:
-        if not isinstance(value, str):
-            raise SchemaError(where, f"expected text, got {_show(value)}")
-        return value
+        def text(value: Any) -> str:
+            if not isinstance(value, str):
+                raise _Fault(f"expected text, got {_show(value)}")
+            return value
+        return text
     raise TypeError(f"the schema uses a type the codec does not know: {tp!r}")
 
 
-def _record(cls: type, value: Any, where: str) -> Any:
-    if not isinstance(value, dict):
-        raise SchemaError(where, f"expected an object, got {_show(value)}")
-    hints = _hints(cls)
-    unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
-    if unknown:
-        raise SchemaError(f"{where}.{unknown[0]}" if where else unknown[0], "unknown field (from another version?)")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        path = f"{where}.{f.name}" if where else f.name
-        if f.name not in value:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SchemaError(path, "missing")
-            continue
-        loaded = load(hints[f.name], value[f.name], path)
-        if any(key in f.metadata for key in _BOUNDS):
-            _check_bounds(f.metadata, loaded, path)
-        kwargs[f.name] = loaded
-    try:
-        return cls(**kwargs)
-    except ValueError as e:  # the record's own check: fields that cannot all be true at once
-        raise SchemaError(where, str(e)) from None
+def _record_loader(cls: type) -> Callable[[Any], Any]:
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+               f.metadata if any(key in f.metadata for key in _BOUNDS) else None) for f in dataclasses.fields(cls)]
+    names = {name for name, _, _ in fields}
+    loaders = {name: _loader(hints[name]) for name in names}
+
+    def record(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _Fault(f"expected an object, got {_show(value)}")
+        if not value.keys() <= names:
+            raise _Fault("unknown field (from another version?)", min(set(value) - names))
+        kwargs = {}
+        for name, required, meta in fields:
+            if name not in value:
+                if required:
+                    raise _Fault("missing", name)
+                continue
+            try:
+                loaded = loaders[name](value[name])
+                if meta is not None:
+                    _check_bounds(meta, loaded)
+            except _Fault as fault:
+                fault.steps.append(name)
+                raise
+            kwargs[name] = loaded
+        try:
+            return cls(**kwargs)
+        except ValueError as e:  # the record's own check: fields that cannot all be true at once
+            raise _Fault(str(e)) from None
+    return record
 
 
-def _check_bounds(meta: Any, value: Any, where: str) -> None:
+def _check_bounds(meta: Any, value: Any) -> None:
     if isinstance(value, (list, tuple)):
-        items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        items: Any = enumerate(value)
     elif isinstance(value, dict):
-        items = [(f"{where}.{k}", v) for k, v in value.items()]
+        items = value.items()
     else:
-        items = [(where, value)]
+        items = [(None, value)]
     low, above, high = (meta.get(key) for key in _BOUNDS)
-    for path, v in items:
+    for step, v in items:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (meta.get("zero") and v == 0):
             continue
         if (low is not None and not v >= low) or (above is not None and not v > above) or \
                 (high is not None and not v <= high):
-            raise SchemaError(path, f"must be {_range_text(meta)}, got {v:g}")
+            raise _Fault(f"must be {_range_text(meta)}, got {v:g}", *([] if step is None else [step]))
 
 
 def _range_text(meta: Any) -> str:
     words = {"min": "at least", "above": "more than", "max": "at most"}
     text = " and ".join(f"{words[key]} {meta[key]:g}" for key in _BOUNDS if key in meta)
     return f"0 or {text}" if meta.get("zero") else text
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def _show(value: Any) -> str:

@@ -13,18 +13,17 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from clusterbench.results.codec import NONNEGATIVE, TICKS_US, bounds
-from clusterbench.results.hardware import Hardware
 
 NodeVerdict = Literal["PASS", "SUSPECT", "EXCLUDE"]
 
 
 @dataclass(frozen=True)
 class NodeProbe:
-    """One node's own picture and figures, from its first rank (and each of its devices)."""
+    """One node's own facts and figures, from its first rank (and each of its devices). Its hardware picture
+    stays on the node (run.json holds rank 0's): a fleet's would make run.json 31 KB a node bigger."""
 
     node: str
     ranks: list[int] = field(metadata=NONNEGATIVE)
-    hardware: Hardware
     facts: dict[str, str]  # what the fleet's nodes must agree on: driver, kernel, GPU count, ... (§16)
     klass: str  # the hardware class it is judged within: its devices' model and count
     metrics: dict[str, float] = field(metadata=NONNEGATIVE)  # matmul TFLOP/s, copy GB/s, intra-node busbw
@@ -51,6 +50,21 @@ class Retest:
     first_gbps: float | None = field(default=None, metadata=NONNEGATIVE)  # in the rounds; None: not slow there
     slow: bool = False  # below the fleet's bar now too
     why: str = ""  # why it was retested: a slow pair, or a suspect node against a healthy partner
+    suspect: str = ""  # the suspect whose healthy partner the other node is; "" for a link retested for itself
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which pairs of nodes the rounds measured: every pair, or each node against `partners` others drawn from
+    `seed` (docs/methodology.md §16)."""
+
+    mode: Literal["all", "sampled"]
+    partners: int = field(metadata=NONNEGATIVE)  # distinct partners per node the rounds give (n - 1: every pair)
+    rounds: int = field(metadata=NONNEGATIVE)
+    pairs: int = field(metadata=NONNEGATIVE)  # pairs of nodes measured, each both ways
+    possible: int = field(metadata=NONNEGATIVE)  # pairs of nodes the fleet has
+    seed: int | None = None  # sampled: what drew the pairings, to draw them again
+    inside: int = field(default=0, metadata=NONNEGATIVE)  # with a topology: the rounds inside racks
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,8 @@ class Fleet:
     whole: GroupFigure | None = None  # --global: the all_reduce across every node, one rank each
     search: list[GroupFigure] = field(default_factory=list)  # the parts measured to find what slows it
     isolated: list[str] = field(default_factory=list)  # the smallest set of nodes the search found slow
+    coverage: Coverage | None = None  # which pairs the rounds measured
+    racks: dict[str, str] = field(default_factory=dict)  # with --topology: node -> its leaf switch (rack)
     # The conclusion, after the ranks:
     nodes: list[NodeRow] = field(default_factory=list)
     bands: list[Band] = field(default_factory=list)
@@ -132,5 +148,6 @@ class Fleet:
     divergences: list[Divergence] = field(default_factory=list)
     flaky: list[str] = field(default_factory=list)  # pairs slow once and normal on retest
     bad_links: list[str] = field(default_factory=list)  # pairs slow twice through a fault of their own
+    bad_switches: list[str] = field(default_factory=list)  # a fault the nodes of one rack share, named as its switch
     excluded: list[Exclusion] = field(default_factory=list)
     exclude: str = ""  # the excluded nodes in Slurm's host-list form

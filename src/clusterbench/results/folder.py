@@ -29,11 +29,18 @@ from clusterbench.results import codec, documents, table_csv
 from clusterbench.results.schema import Env, Run
 from clusterbench.results.telemetry import TABLE as TELEMETRY
 
-TABLES = ("comm", "pairs", "train_steps")  # list sections of run.json that also get a <name>.csv
-CSV_ONLY = (TELEMETRY,)  # tables too long for run.json: <name>.csv alone
+TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <name>.csv
+# Tables too long for run.json, kept in <name>.csv alone: the pairs (a fleet of thousands of nodes measures
+# millions), with run.json's count of them at its last save, read back with the folder; telemetry's samples.
+IN_CSV = {"pairs": "pair_rows"}
+CSV_ONLY = (*IN_CSV, TELEMETRY)
 NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
 FLIGHT_DUMPS = "flight"  # the subfolder of per-rank Flight Recorder dumps (a run whose ranks hung or timed out)
 RANK_FOLDERS = (NCCL_LOGS, FLIGHT_DUMPS)
+# run.json grows with a run: a hot loop rewrites it once its last save lies this many times that save's
+# duration back, so saving costs the loop about a fiftieth of its time, however large the run; each row
+# is in its CSV at once.
+SAVES_APART = 50
 
 
 def result_files(path: Path) -> list[Path]:
@@ -109,17 +116,26 @@ class RunFolder:
 
     def save(self) -> None:
         started = time.monotonic()
+        for table, count in IN_CSV.items():
+            setattr(self.run, count, len(getattr(self.run, table)))
         _write(self.json_path, documents.to_text(self.run))
         self._saved_at = time.monotonic()
         self.save_s = self._saved_at - started  # what a hot loop weighs its next save against
 
-    def record(self, **sections: Any) -> None:
-        """Set sections of run.json (each a typed record of the schema) and save."""
+    def record(self, min_interval_s: float = 0.0, **sections: Any) -> None:
+        """Set sections of run.json (each a typed record of the schema) and save: a hot loop passes
+        min_interval_s, so that run.json is rewritten at most that often, and saves once more at its end."""
         for name, value in sections.items():
             if not hasattr(self.run, name):
                 raise AttributeError(f"run.json has no section {name!r}")
             setattr(self.run, name, value)
-        self.save()
+        if time.monotonic() - self._saved_at >= min_interval_s:
+            self.save()
+
+    @property
+    def hot_interval_s(self) -> float:
+        """How far apart a hot loop's saves of run.json should lie: SAVES_APART times the last one's duration."""
+        return SAVES_APART * self.save_s
 
     def record_extra(self, name: str, record: Any) -> None:
         """Set a section the schema does not name (a stage's own: docs/architecture.md) and save."""
@@ -142,6 +158,22 @@ class RunFolder:
         if time.monotonic() - self._saved_at >= min_interval_s:
             self.save()
 
+    def extend(self, table: str, rows: list[Any]) -> None:
+        """Add rows to a table kept in its CSV alone (IN_CSV), in one write; run.json learns how many at its next
+        save. A hot loop's batch costs one write, and no rewrite of run.json."""
+        if not rows:
+            return
+        kept = getattr(self.run, table)
+        kept += rows
+        if self._csv_rows.get(table) != len(kept) - len(rows):
+            self._write_csv(table)
+            return
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
+        writer.writerows(codec.dump(r) for r in rows)
+        self._append_text(table, buf.getvalue())
+        self._csv_rows[table] += len(rows)
+
     def flush(self) -> None:
         """run.json with the rows appended since its last save: the CSVs hold them already."""
         self.save()
@@ -156,7 +188,11 @@ class RunFolder:
         the row whole or not at all."""
         buf = io.StringIO()
         csv.DictWriter(buf, fieldnames=[f.name for f in fields(row)], lineterminator="\n").writerow(codec.dump(row))
-        path, data = self.path / f"{table}.csv", buf.getvalue().encode("utf-8")
+        self._append_text(table, buf.getvalue())
+        self._csv_rows[table] += 1
+
+    def _append_text(self, table: str, text: str) -> None:
+        path, data = self.path / f"{table}.csv", text.encode("utf-8")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
@@ -166,7 +202,6 @@ class RunFolder:
                 os.close(fd)
         except OSError as e:
             raise RunFailed(f"cannot write {path} ({e.strerror or e})") from None
-        self._csv_rows[table] += 1
 
     def write_csv(self, table: str, rows: list[Any]) -> None:
         """<table>.csv from `rows` (records of one type, at least one), atomically."""
@@ -208,17 +243,38 @@ def load_run(path: str | Path) -> Run:
     if not os.path.lexists(file):
         raise UsageError(f"no run found at {path}: {file} does not exist")
     run = documents.read(file, documents.RUN)
+    in_csv = [table for table in IN_CSV if not getattr(run, table)]  # version 7 on: not in run.json
+    for table in in_csv:
+        _read_in_csv(run, file.parent, table)
     if run.status == "running":
-        catch_up(run, file.parent)
+        catch_up(run, file.parent, [t for t in (*TABLES, *IN_CSV) if t not in in_csv])
     return run
 
 
-def catch_up(run: Run, folder: Path) -> None:
-    """Adds to `run` each table's rows that reached its CSV after run.json's last save: all of them
+def _read_in_csv(run: Run, folder: Path, table: str) -> None:
+    """A table kept in its CSV alone, as run.json counted it at its last save: the CSV may hold more (rows
+    that reached it after), never fewer."""
+    count = getattr(run, IN_CSV[table])
+    path = folder / f"{table}.csv"
+    if not os.path.lexists(path):
+        if count:
+            raise UsageError(f"{path} is missing, and run.json records {count} rows there: copy the run folder whole")
+        return
+    try:
+        rows = table_csv.read_rows(path, typing.get_args(typing.get_type_hints(Run)[table])[0])
+    except ValueError as e:
+        raise UsageError(f"the run's {path.name} cannot be read: {e}") from None
+    if len(rows) < count:
+        raise UsageError(f"{path} holds {len(rows)} rows, and run.json records {count}: the file was cut short")
+    setattr(run, table, rows)
+
+
+def catch_up(run: Run, folder: Path, tables: list[str]) -> None:
+    """Adds to `run` each of `tables`' rows that reached its CSV after run.json's last save: all of them
     where a rank 0 killed mid-run never saved again. A CSV that does not begin with run.json's rows,
     or cannot be read, is not this run's record of them and is left out."""
     hints = typing.get_type_hints(Run)
-    for table in TABLES:
+    for table in tables:
         rows = getattr(run, table)
         path = folder / f"{table}.csv"
         if not path.exists():

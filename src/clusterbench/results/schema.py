@@ -1,6 +1,10 @@
 """run.json: every section as a typed record, the one layout every command writes and reads.
 
-Version 6 (this one) against version 5: `comm_options.rotate`, whether each call's buffers moved to
+Version 7 (this one) against version 6: the pair rows live in pairs.csv alone, and run.json says how many
+it holds (`pair_rows`): a fleet of thousands of nodes rewrote millions of rows with every save; each
+fleet retest names the suspect it is a healthy partner's proof for (`suspect`), which version 6 said in
+its `why` alone; a fleet's node probes keep their facts, not their node's whole hardware picture; and a
+fleet's `coverage`, `racks` and `bad_switches`, which older folders lack. Version 6 against version 5: `comm_options.rotate`, whether each call's buffers moved to
 the next offset of memory (comm/rotation.py); the sweeps of older folders held theirs still and read as
 false. Version 5 against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
 and the ranks a failed job lost (`lost`), which older folders lack and read as empty. Version 4
@@ -12,11 +16,12 @@ with --expect-busbw), and the new `expected_note`, `canary`, `telemetry` and eac
 NUMA nodes, which older folders lack and read as empty. Version 2 against 1: a "kind" key, a GPU's
 PCIe fields grouped under "pcie", `expected` figures, a train section's `reference_note` and
 summary `stop_reason`, verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is
-null). Older folders are read through `upgrade_v1` to `upgrade_v5`.
+null). Older folders are read through `upgrade_v1` to `upgrade_v6`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +30,7 @@ from clusterbench.inputs.documents import whole_number
 from clusterbench.results.codec import (
     AT_LEAST_ONE,
     ELAPSED_S,
+    IN_CSV,
     MESSAGE_BYTES,
     MICROSECONDS,
     NONNEGATIVE,
@@ -40,7 +46,7 @@ from clusterbench.results.nccl import NcclFacts
 from clusterbench.results.telemetry import Telemetry
 
 RUN_KIND = "clusterbench-run"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
@@ -327,7 +333,8 @@ class Run:
     peaks: Peaks | None = None
     comm_options: CommOptions | None = None
     comm: list[CommRow] = field(default_factory=list)
-    pairs: list[PairRow] = field(default_factory=list)
+    pairs: list[PairRow] = field(default_factory=list, metadata=IN_CSV)  # pairs.csv's rows, read with the folder
+    pair_rows: int = field(default=0, metadata=NONNEGATIVE)  # how many rows pairs.csv held at the last save
     cost_model: CostModel | None = None  # the alpha-beta model fitted to this run's comm rows (§14)
     nccl: NcclFacts | None = None  # what NCCL's own log says it found and chose (docs/methodology.md §9)
     telemetry: Telemetry | None = None  # device telemetry per stage; its samples: telemetry.csv (§10)
@@ -355,6 +362,27 @@ def upgrade_v5(doc: dict[str, Any]) -> dict[str, Any]:
     doc = {**doc, "schema_version": 6}
     if isinstance(doc.get("comm_options"), dict):
         doc["comm_options"] = {"rotate": False, **doc["comm_options"]}
+    return doc
+
+
+def upgrade_v6(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-6 run.json in version 7's layout: its pairs are in it (and read from it), and its fleet's retests
+    of a suspect against a healthy partner said so in their `why` alone."""
+    doc = {**doc, "schema_version": 7}
+    if isinstance(doc.get("pairs"), list):
+        doc["pair_rows"] = len(doc["pairs"])
+    fleet = doc.get("fleet")
+    if isinstance(fleet, dict) and isinstance(fleet.get("probes"), list):
+        doc["fleet"] = fleet = {**fleet, "probes": [{k: v for k, v in p.items() if k != "hardware"}
+                                                   if isinstance(p, dict) else p for p in fleet["probes"]]}
+    if isinstance(fleet, dict) and isinstance(fleet.get("retests"), list):
+        retests = []
+        for t in fleet["retests"]:
+            if isinstance(t, dict) and isinstance(t.get("why"), str) and (
+                    found := re.fullmatch(r"suspect (.+) against healthy .+", t["why"])):
+                t = {**t, "suspect": found.group(1)}
+            retests.append(t)
+        doc["fleet"] = {**fleet, "retests": retests}
     return doc
 
 

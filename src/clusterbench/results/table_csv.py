@@ -24,13 +24,16 @@ from clusterbench.results import codec
 T = TypeVar("T")
 
 
-def read_rows(path: Path, record: type[T]) -> list[T]:
+def read_rows(path: Path, record: type[T], limit: int = files.DOCUMENT_LIMIT) -> list[T]:
     """<table>.csv as `record`s; ValueError naming the file (and the line) for one that is not: not a
     regular file, too large, other columns, a row that does not fit, a number not finite."""
     try:
-        text = files.read_text(path, str(path))
+        text = files.read_text(path, str(path), limit)
     except UsageError as e:
         raise ValueError(str(e)) from None
+    # Rows reach the file whole, one write each: a last line without its newline is a write a killed run
+    # never finished, not a row.
+    text = text[:text.rfind("\n") + 1]
     hints = typing.get_type_hints(record)
     columns = {f.name for f in fields(record)}  # type: ignore[arg-type]
     rows, line = [], 1

@@ -49,7 +49,7 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
     if run.cost_model:
         parts.append(Part("model", "Model", cost_model.cost_model_section(run), cost_model.plot_count(run)))
     if run.pairs:
-        parts.append(Part("pairs", "Pairwise links", pairs.pairs_section(run), plots=1))
+        parts.append(Part("pairs", "Pairwise links", pairs.pairs_section(run), plots=pairs.plot_count(run)))
     return parts
 
 

@@ -14,8 +14,10 @@ from clusterbench.analyse import fleet as conclusion
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
-from clusterbench.fleet import actions
+from clusterbench.fleet import actions, coverage
 from clusterbench.fleet.options import ONE_NODE, FleetOptions
+from clusterbench.inputs import topology
+from clusterbench.inputs.topology import Topology
 from clusterbench.report.blocks import Part
 from clusterbench.results.fleet import Band
 from clusterbench.results.schema import Run
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 class FleetJob:
     options: FleetOptions  # what the ranks do and the conclusion acts on
     bands: list[Band] = field(default_factory=list)  # from --baseline; empty: learned from this fleet
+    topology: Topology | None = None  # from --topology, read before any rank starts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,6 +52,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global", dest="whole", action="store_true",
                    help="also an all_reduce across every node (one rank each); where it falls short of the pairs, "
                         "halve the fleet to find the smallest set of nodes that explains it")
+    p.add_argument("--pairs", choices=("all", "sampled"),
+                   help=f"which pairs of nodes the rounds measure: every pair, or each node against --partners "
+                        f"others drawn at random (default: every pair up to {coverage.ALL_UP_TO} nodes, sampled beyond)")
+    p.add_argument("--partners", type=argtypes.whole(2), metavar="K",
+                   help=f"sampled pairs: distinct partners per node, in K rounds (default {coverage.PARTNERS})")
+    p.add_argument("--seed", type=argtypes.whole(0), help="sampled pairs: the seed that draws them (default: drawn, "
+                                                          "and recorded in run.json)")
+    p.add_argument("--topology", type=Path, metavar="FILE",
+                   help="which leaf switch each node hangs from: Slurm's topology.conf, or one `NODE SWITCH` a line; "
+                        "pairs are drawn inside and across racks, and a fault a rack's nodes share names its switch")
     p.add_argument("--baseline", type=Path, metavar="RUN",
                    help="judge the nodes by the bands of an earlier fleet run (its folder or run.json), or of a "
                         "baseline from the store (baseline --from-store), of this hardware class, not by this "
@@ -71,12 +84,16 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
         actions.check_drain(opts.dry_run)
     if opts.exclude_out is not None:
         actions.check_exclude_out(opts.exclude_out)
+    if opts.pairs == "all" and opts.partners is not None:
+        raise UsageError("--partners sets how many partners sampled pairs give each node: drop it, or use "
+                         "--pairs sampled")
     bands = _baseline(opts.baseline, context.shape) if opts.baseline else []
+    found = topology.read(opts.topology) if opts.topology is not None else None
     if context.shape.local_ranks == context.shape.world_size:  # every rank spawned here: one node
         if opts.one_node_ok:
             raise NotRun()
         raise UsageError(ONE_NODE)
-    return FleetJob(opts, bands)
+    return FleetJob(opts, bands, found)
 
 
 def _baseline(path: Path, shape: JobShape) -> list[Band]:
@@ -106,7 +123,7 @@ def this_class(shape: JobShape) -> str:
 def work(rank: Rank, job: FleetJob) -> None:
     from clusterbench.fleet.qualify import qualify  # torch: only on the ranks
 
-    qualify(rank, job.options)
+    qualify(rank, job.options, job.topology)
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
@@ -120,10 +137,20 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
 def conclude(run: Run, job: FleetJob) -> None:
     if run.fleet is None:
         return
+    from clusterbench.report.fleet import SHOWN_ALL  # the report folds the passing rows past as many
+
     fleet = conclusion.conclude(run, run.fleet, job.bands)
     print(f"\n== fleet: {len(fleet.nodes)} nodes", flush=True)
-    for row in fleet.nodes:
+    if fleet.coverage is not None:
+        print(f"  pairs: {coverage.summary(fleet.coverage)}")
+    # Every node a line in a small fleet; in a large one the named nodes, and the passing ones counted.
+    shown = fleet.nodes if len(fleet.nodes) <= SHOWN_ALL else [r for r in fleet.nodes if r.verdict != "PASS"]
+    for row in shown:
         print(f"  {row.verdict:<8} {row.node:<20} {'; '.join(row.reasons)}")
+    if len(shown) < len(fleet.nodes):
+        print(f"  PASS     {len(fleet.nodes) - len(shown)} other nodes (every node's row: run.json, the report)")
+    for text in fleet.bad_switches:
+        print(f"  bad switch (its nodes share a fault): {text}")
     for text in fleet.flaky:
         print(f"  flaky link (reported, nobody excluded): {text}")
     for text in fleet.bad_links:
