@@ -321,6 +321,20 @@ class NetnsBed:
             _must(tc, "-n", self.names[node], "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
                   "prio", "1", "u32", "match", "ip", "dst", f"{self.addr(to)}/32", "flowid", "1:1")
 
+    def cap_across(self, node: int, rate: str, inside: Sequence[int]) -> None:
+        """Caps what node `node` sends to every node but those `inside` its rack at `rate`: a leaf switch whose
+        uplink is slow. htb's default class holds the cap; a filter sends the rack's own traffic around it."""
+        (tc,) = which_or_skip("tc")
+        at = [tc, "-n", self.names[node]]
+        self.set_rate(node, None)
+        _must(*at, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1")
+        _must(*at, "class", "add", "dev", "eth0", *_link_class(rate))
+        _must(*at, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2", "htb", "rate", "10gbit",
+              "quantum", "60000")
+        for mate in inside:
+            _must(*at, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match",
+                  "ip", "dst", f"{self.addr(mate)}/32", "flowid", "1:2")
+
     @contextmanager
     def link_lifter(self, node: int) -> Iterator[Callable[[], None]]:
         """A call that lifts node `node`'s one-link cap (set_rate(..., to=)) at once: a `tc` started beforehand

@@ -9,7 +9,8 @@ import json
 import socket
 from pathlib import Path
 
-from conftest import assert_one_line_error, finish, read_run, run_side_by_side, start_nodes
+import pytest
+from conftest import assert_one_line_error, finish, read_pairs, read_run, run_side_by_side, start_nodes
 
 QUICK = ["--pair-bytes", "256K", "--pair-iters", "3", "--peak-seconds", "0.1", "--timeout", "60"]
 HOST = socket.gethostname()
@@ -55,6 +56,8 @@ def test_two_nodes_of_two_ranks_each_say_they_cannot_vote(tmp_path: Path) -> Non
 
 
 def test_fleet_refuses_what_cannot_work(tmp_path: Path) -> None:
+    damaged = tmp_path / "topology.conf"
+    damaged.write_text("SwitchName=leaf1 Nodes=n[1-4]\nSwitchName=leaf2 Nodes=n[4-8]\n")
     other = tmp_path / "other"
     other.mkdir()
     (other / "run.json").write_text(json.dumps({
@@ -68,10 +71,56 @@ def test_fleet_refuses_what_cannot_work(tmp_path: Path) -> None:
         "dry run alone": ["fleet", "--dry-run", "--out", str(tmp_path / "dry")],
         "other class": ["fleet", "--baseline", str(other), "--out", str(tmp_path / "class")],
         "exclude over a run": ["fleet", "--exclude-out", str(other / "run.json"), "--out", str(tmp_path / "x")],
+        "one partner": ["fleet", "--partners", "1", "--out", str(tmp_path / "p1")],
+        "no partner": ["fleet", "--partners", "0", "--out", str(tmp_path / "p0")],
+        "seed of words": ["fleet", "--seed", "lucky", "--out", str(tmp_path / "seed")],
+        "all with partners": ["fleet", "--pairs", "all", "--partners", "8", "--out", str(tmp_path / "all")],
+        "no topology": ["fleet", "--topology", str(tmp_path / "nowhere.conf"), "--out", str(tmp_path / "t0")],
+        "damaged topology": ["fleet", "--topology", str(damaged), "--out", str(tmp_path / "t1")],
     }
     done = run_side_by_side(cases, timeout=120)
+    assert_one_line_error(done["one partner"], 2, "--partners", "at least 2")
+    assert_one_line_error(done["no partner"], 2, "--partners", "at least 2")
+    assert_one_line_error(done["seed of words"], 2, "--seed", "lucky")
+    assert_one_line_error(done["all with partners"], 2, "--partners", "--pairs sampled")
+    assert_one_line_error(done["no topology"], 2, "--topology", "nowhere.conf")
+    assert_one_line_error(done["damaged topology"], 2, "line 2", "already under leaf1")
+    assert not any((tmp_path / name).exists() for name in ("p1", "p0", "seed", "all", "t0", "t1"))
     assert_one_line_error(done["one node"], 2, "runs on one node")
     assert_one_line_error(done["drain"], 2, "--drain", "not running under Slurm", "--dry-run")
     assert_one_line_error(done["dry run alone"], 2, "add --drain")
     assert_one_line_error(done["other class"], 2, "NVIDIA H100 80GB HBM3 x8", "another hardware class")
     assert_one_line_error(done["exclude over a run"], 2, "--exclude-out", "part of the run")
+
+
+def test_sampled_pairs_on_four_nodes_record_their_plan_and_rows(tmp_path: Path) -> None:
+    """Forced on a small fleet, the sampled plan gives each node its partners in that many rounds, from the seed
+    run.json records; every row reaches pairs.csv, which run.json counts. (Their verdicts on real faults:
+    test_fleet_netns.py.)"""
+    out = tmp_path / "run"
+    done = finish(start_nodes(4, ["fleet", *QUICK, "--numerics-steps", "0", "--pairs", "sampled", "--partners", "2",
+                                  "--seed", "7", "--out", str(out)]))
+    assert done[0].returncode in (0, 1), done[0].stderr[-2000:]  # 1: this busy host's noise proved a node slow
+    run = read_run(out)
+    cover = run["fleet"]["coverage"]
+    assert (cover["mode"], cover["partners"], cover["rounds"], cover["pairs"], cover["possible"], cover["seed"]) == \
+        ("sampled", 2, 2, 4, 6, 7)
+    pairs = read_pairs(out)
+    assert len(pairs) == run["pair_rows"] == 8 and "pairs" not in run
+    assert "sampled: each node against 2 partners at least (seed 7) in 2 rounds" in done[0].stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--partners", "5"], "--partners 5: the fleet has 3 nodes, so a node has 2 partners at most"),
+    (["--topology", "TOPO"], "which this job does not have"),
+])
+def test_what_only_the_fleet_itself_can_refute_is_refused_on_every_rank_before_measuring(
+        tmp_path: Path, args: list[str], needle: str) -> None:
+    topo = tmp_path / "racks.txt"
+    topo.write_text("".join(f"{node(i)} rack{i % 2}\n" for i in range(3)) + "ghost rack9\n")
+    args = [str(topo) if a == "TOPO" else a for a in args]
+    done = finish(start_nodes(3, ["fleet", *QUICK, "--numerics-steps", "0", *args, "--out", str(tmp_path / "run")]))
+    for rank in done:
+        assert rank.returncode == 2 and "Traceback" not in rank.stderr, rank.stderr[-2000:]
+    assert_one_line_error(done[0], 2, needle)
+    assert "node-local phase" not in done[0].stdout

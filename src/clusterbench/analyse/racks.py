@@ -3,7 +3,8 @@
 A leaf switch whose uplink is bad slows every pair between its nodes and the rest of the fleet, and none
 inside the rack: the rounds make each of its nodes a suspect and the retests condemn them one by one, 16
 bad nodes where there is one bad switch. With a topology, a switch most of whose nodes (SHARE of them, two
-at least) the links found slow is named, with how its nodes ran across the spine and inside the rack.
+at least) the links found slow is named, with how its nodes ran across the spine and inside the rack:
+normal inside (above the fleet's bar), or at least FAR x faster inside than across, the fault is across.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 
-from clusterbench.analyse.retests import Verdicts
+from clusterbench.analyse.retests import FAR, Verdicts
 from clusterbench.results.schema import PairRow
 
 SHARE = 0.75
@@ -45,8 +46,8 @@ def _text(switch: str, rows: list[PairRow], racks: dict[str, str], nodes: list[s
               and racks.get(r.dst_node if way == "send" else r.src_node) != switch]
     doing = "send" if way == "send" else "receive"
     text = f"{switch}: {len(slow)} of its {len(nodes)} nodes {doing}"
-    if across:
-        pace = statistics.median(across)
+    pace = statistics.median(across) if across else None
+    if pace is not None:
         text += (f" at {pace / b.gbps:.2f}x across the spine (median {pace:.3g} Gbps against the fleet's "
                  f"{b.gbps:.3g})")
     if not inside:
@@ -54,4 +55,6 @@ def _text(switch: str, rows: list[PairRow], racks: dict[str, str], nodes: list[s
     within = statistics.median(inside)
     if within >= b.bar * b.gbps:
         return text + f"; inside the rack they are normal ({within:.3g} Gbps)"
+    if pace is not None and within >= FAR * pace:  # below the bar, but nowhere near the fault's pace
+        return text + f"; inside the rack they run {within / pace:.0f}x faster ({within:.3g} Gbps): the fault is across"
     return text + f"; inside the rack they are slow too ({within:.3g} Gbps)"

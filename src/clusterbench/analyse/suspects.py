@@ -3,7 +3,9 @@
 A pair is slow when its bandwidth is below `bar` x the median pair, or its latency above LATENCY_BAR x the
 median latency. The node with the most slow pairs in one direction, where they are most of that
 direction's pairs (two at least), is a suspect; its pairs are set aside, the medians taken again over the
-rest, and the slow pairs counted again without it, until no node is left so. A node slow only with
+rest, and the slow pairs counted again without it, until no node is left so (of nodes with as many slow
+pairs, the one whose slow pairs are slowest goes first: a fault runs far below the bar, a busy host's
+moment just below it, and the node it slows is explained by it). A node slow only with
 suspects is explained by them: a node held to a tenth of a CPU slows every partner's latency, and those
 partners are not suspects for it. Two bad nodes of five touch 11 of the 20 pairs, so the median of every
 pair is one of theirs. The medians are learned again only while a majority of the nodes is left to set
@@ -53,27 +55,36 @@ def other_end(row: PairRow, node: str) -> str:
     return row.dst_node if row.src_node == node else row.src_node
 
 
+def pace(row: PairRow) -> int:
+    """A pair's bandwidth in whole kbit/s: slow pairs' sums compare exactly, however they were added up."""
+    return round(row.gbps * 1e6)
+
+
 class _Tally:
-    """Each (node, way)'s kept pairs and slow ones among them; the worst qualifying one from a heap."""
+    """Each (node, way)'s kept pairs, the slow ones among them and their summed pace; the worst qualifying one
+    from a heap."""
 
     def __init__(self) -> None:
         self.total: dict[tuple[str, str], int] = defaultdict(int)
         self.slow: dict[tuple[str, str], int] = defaultdict(int)
+        self.pace: dict[tuple[str, str], int] = defaultdict(int)
         self._version: dict[tuple[str, str], int] = defaultdict(int)
-        self._heap: list[tuple[int, str, str, int]] = []
+        self._heap: list[tuple[int, int, str, str, int]] = []
 
-    def add(self, key: tuple[str, str], total: int, slow: int) -> None:
+    def add(self, key: tuple[str, str], total: int, slow: int, pace: int) -> None:
         self.total[key] += total
         self.slow[key] += slow
+        self.pace[key] += pace
         self._version[key] += 1
-        heapq.heappush(self._heap, (-self.slow[key], key[0], key[1], self._version[key]))
+        heapq.heappush(self._heap, (-self.slow[key], self.pace[key], key[0], key[1], self._version[key]))
 
     def worst(self) -> tuple[str, str] | None:
-        """The (node, way) with the most slow pairs (ties: the first node by name, then way), where they are
-        most of that way's pairs and two at least. An entry that no longer qualifies is dropped: it is
+        """The (node, way) with the most slow pairs, where they are most of that way's pairs and two at least.
+        Of as many, the one whose slow pairs are slowest (a fault runs far below the bar, a busy moment just
+        below it), then the first node by name and way. An entry that no longer qualifies is dropped: it is
         pushed again whenever its counts change, the only way it can qualify again."""
         while self._heap:
-            _, node, way, version = self._heap[0]
+            _, _, node, way, version = self._heap[0]
             key = (node, way)
             slow = self.slow[key]
             if version == self._version[key] and slow >= 2 and 2 * slow > self.total[key]:
@@ -93,7 +104,7 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
     kept = [True] * len(rows)
     touching: dict[str, list[int]] = defaultdict(list)
     tally = _Tally()
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for i, r in enumerate(rows):
         touching[r.src_node].append(i)
         touching[r.dst_node].append(i)
@@ -101,8 +112,9 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
             c = counts[(end(r, way), way)]
             c[0] += 1
             c[1] += slow[i]
-    for key, (total, found) in counts.items():
-        tally.add(key, total, found)
+            c[2] += slow[i] * pace(r)
+    for key, (total, found, summed) in counts.items():
+        tally.add(key, total, found, summed)
 
     suspects: dict[str, str] = {}
     while (worst := tally.worst()) is not None:
@@ -113,14 +125,14 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
                 gbps.drop(i)
                 latency.drop(i)
                 for way in WAYS:
-                    tally.add((end(rows[i], way), way), -1, -slow[i])
+                    tally.add((end(rows[i], way), way), -1, -slow[i], -slow[i] * pace(rows[i]))
         if 2 * len(suspects) < len(nodes) and gbps.kept:
             was, b = b, Bars(gbps.median(), latency.median(), bar)
             for i in _crossed(gbps, latency, was, b):
                 if kept[i] and (now := b.slow(rows[i].gbps, rows[i].latency_us)) != slow[i]:
                     slow[i] = now
                     for way in WAYS:
-                        tally.add((end(rows[i], way), way), 0, 1 if now else -1)
+                        tally.add((end(rows[i], way), way), 0, 1 if now else -1, pace(rows[i]) * (1 if now else -1))
     return b, suspects
 
 

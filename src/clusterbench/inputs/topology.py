@@ -2,7 +2,8 @@
 
 Two forms are read. Slurm's topology.conf, one switch a line (`SwitchName=leaf1 Nodes=gpu[001-016]`;
 a line with `Switches=` alone names a switch above others and places no node), and a plain list, one
-`NODE SWITCH` a line (NODE may be a host list: `gpu[001-016] leaf1`). `#` starts a comment in both.
+`NODE SWITCH` a line (NODE may be a host list: `gpu[001-016] leaf1`). `#` at a line's start or after a
+space starts a comment in both.
 A node placed twice, a line of neither form, or a file that places no node is refused in one line.
 
 Slurm's file describes the whole cluster, of which a job holds a part: nodes it places beyond the job
@@ -22,6 +23,7 @@ from clusterbench.inputs import files
 
 MAX_NODES = 1 << 20  # more nodes than any cluster: a typo in a host range, not a topology
 _SLURM_KEY = re.compile(r"(\w+)=(\S+)")
+_COMMENT = re.compile(r"(^|\s)#.*")  # a `#` inside a name (a test's host#1) starts none
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ def _some(names: list[str]) -> str:
 def read(path: Path) -> Topology:
     """The topology in `path`, either form."""
     text = files.read_text(path, "--topology")
-    lines = [(i, line.split("#", 1)[0].strip()) for i, line in enumerate(text.splitlines(), 1)]
+    lines = [(i, _COMMENT.sub("", line).strip()) for i, line in enumerate(text.splitlines(), 1)]
     lines = [(i, line) for i, line in lines if line]
     slurm = any(re.match(r"(?i)switchname=", line) for _, line in lines)
     racks: dict[str, str] = {}
