@@ -10,7 +10,6 @@ from clusterbench.report.plots import heatmap_plot
 from clusterbench.results.schema import CommOptions, Run
 from clusterbench.units import BANDWIDTH_UNITS, bandwidth, duration
 
-
 # Past this many ranks a matrix is a wall of pixels (and n² cells to draw): the slowest pairs are listed instead.
 MATRIX_UP_TO = 128
 LISTED = 200  # the slowest directions the table lists; pairs.csv holds every one
