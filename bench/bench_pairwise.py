@@ -12,7 +12,6 @@ link rate (`--fleet-gbps`), since a round is mostly its two message streams.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 from clusterbench.args import size
 from clusterbench.comm.pairwise import BW_ITERS
 from clusterbench.comm.schedule import rounds
+from clusterbench.results import codec
+from clusterbench.results.folder import load_run
 
 
 def one(nproc: int, max_bytes: int) -> dict:
@@ -32,7 +33,7 @@ def one(nproc: int, max_bytes: int) -> dict:
                                "pairwise", "-e", str(max_bytes), "--out", f"{tmp}/run"],
                               capture_output=True, text=True, check=True)
         wall = time.monotonic() - start
-        pairs = json.loads(Path(f"{tmp}/run/run.json").read_text())["pairs"]
+        pairs = [codec.dump(p) for p in load_run(Path(tmp) / "run").pairs]
     done = [float(s) for s in re.findall(r"# round \d+/\d+ done after ([\d.]+) s", proc.stdout)]
     median_gbps = sorted(p["gbps"] for p in pairs)[len(pairs) // 2]
     return {"nproc": nproc, "rounds": len(done), "rounds_s": done[-1], "per_round_s": done[-1] / len(done),

@@ -107,8 +107,8 @@ def test_every_pair_up_to_the_cut_and_sampled_beyond_it() -> None:
     assert schedule == rounds(coverage.ALL_UP_TO) and cover.mode == "all" and cover.pairs == cover.possible
     schedule, cover = coverage.plan(coverage.ALL_UP_TO + 1, "auto", 8, seed=1)
     assert cover.mode == "sampled" and cover.rounds == 9  # an odd fleet: a round more, each node sits one out
-    assert "every pair" in coverage.summary(coverage.plan(4, "all", 0, 0)[1])
-    assert "a bad link between two healthy nodes only where it is drawn" in coverage.summary(cover)
+    assert "every pair" in coverage.plan(4, "all", 0, 0)[1].summary()
+    assert "a bad link between two healthy nodes only where it is drawn" in cover.summary()
 
 
 def test_with_racks_some_rounds_pair_rackmates_and_the_rest_cross() -> None:

@@ -106,14 +106,3 @@ def _fewest_partners(n: int, schedule: Rounds) -> int:
             met[b] += 1
     return min(met) if met else 0
 
-
-def summary(c: Coverage) -> str:
-    """What the rounds cover, in words: every pair, or the partners, the share of pairs, and what that finds."""
-    if c.mode == "all":
-        return f"every pair, {c.rounds} rounds of disjoint pairs"
-    share = c.pairs / c.possible if c.possible else 1.0
-    inside = f", {c.inside} of them inside the racks" if c.inside else ""
-    return (f"sampled: each node against {c.partners} partners at least (seed {c.seed}) in {c.rounds} rounds of "
-            f"disjoint pairs{inside}, {c.pairs} of {c.possible} pairs ({100 * share:.2g} %): a node's own fault "
-            f"shows in all its pairs, a bad link between two healthy nodes only where it is drawn "
-            f"({100 * share:.2g} % of them)")

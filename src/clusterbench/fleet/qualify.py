@@ -74,7 +74,7 @@ def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None) ->
                                              [fleet.racks[n] for n in nodes] if fleet.racks else None)
     if rank.folder is not None:
         rank.folder.record(fleet=fleet)
-    rank.say(f"# pairwise phase: {len(nodes)} nodes, {coverage.summary(fleet.coverage)}, {size} B each way")
+    rank.say(f"# pairwise phase: {len(nodes)} nodes, {fleet.coverage.summary()}, {size} B each way")
     rows = measure_rounds(rank, leaders, opts, size, schedule, phase="the pairwise phase,")
     clock.lap("pairwise")
     links.retest(rank, rows, nodes, opts, size, fleet)

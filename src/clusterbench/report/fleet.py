@@ -78,6 +78,10 @@ def fleet_section(fleet: Fleet) -> str:
     extra = ""
     if fleet.excluded:
         extra += note(f"Take out: <code>--exclude={esc(fleet.exclude)}</code>", "fail")
+    for text in fleet.bad_switches:
+        extra += note(esc(f"A fault its nodes share: {text}"), "fail")
+    if fleet.coverage is not None:
+        extra += note(esc(f"Pairs of nodes measured: {fleet.coverage.summary()}."))
     if fleet.note:
         extra += note(esc(fleet.note), "warn")
     if fleet.retests:

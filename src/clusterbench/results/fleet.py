@@ -66,6 +66,17 @@ class Coverage:
     seed: int | None = None  # sampled: what drew the pairings, to draw them again
     inside: int = field(default=0, metadata=NONNEGATIVE)  # with a topology: the rounds inside racks
 
+    def summary(self) -> str:
+        """What the rounds cover, in words: every pair, or the partners, the share of pairs, and what that finds."""
+        if self.mode == "all":
+            return f"every pair, {self.rounds} rounds of disjoint pairs"
+        share = 100 * self.pairs / self.possible if self.possible else 100.0
+        inside = f", {self.inside} of them inside the racks" if self.inside else ""
+        return (f"sampled: each node against {self.partners} partners at least (seed {self.seed}) in {self.rounds} "
+                f"rounds of disjoint pairs{inside}, {self.pairs} of {self.possible} pairs ({share:.2g} %): a node's "
+                f"own fault shows in all its pairs, a bad link between two healthy nodes only where it is drawn "
+                f"({share:.2g} % of them)")
+
 
 @dataclass(frozen=True)
 class Band:

@@ -33,6 +33,8 @@ TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <n
 # Tables too long for run.json, kept in <name>.csv alone: the pairs (a fleet of thousands of nodes measures
 # millions), with run.json's count of them at its last save, read back with the folder; telemetry's samples.
 IN_CSV = {"pairs": "pair_rows"}
+# Every pair of 2,048 nodes (--pairs all) is 4.2 million rows, about 340 MB of pairs.csv: read, but not past this.
+IN_CSV_LIMIT = 1024**3
 CSV_ONLY = (*IN_CSV, TELEMETRY)
 NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
 FLIGHT_DUMPS = "flight"  # the subfolder of per-rank Flight Recorder dumps (a run whose ranks hung or timed out)
@@ -261,7 +263,7 @@ def _read_in_csv(run: Run, folder: Path, table: str) -> None:
             raise UsageError(f"{path} is missing, and run.json records {count} rows there: copy the run folder whole")
         return
     try:
-        rows = table_csv.read_rows(path, typing.get_args(typing.get_type_hints(Run)[table])[0])
+        rows = table_csv.read_rows(path, typing.get_args(typing.get_type_hints(Run)[table])[0], IN_CSV_LIMIT)
     except ValueError as e:
         raise UsageError(f"the run's {path.name} cannot be read: {e}") from None
     if len(rows) < count:

@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"which pairs of nodes the rounds measure: every pair, or each node against --partners "
                         f"others drawn at random (default: every pair up to {coverage.ALL_UP_TO} nodes, sampled beyond)")
     p.add_argument("--partners", type=argtypes.whole(2), metavar="K",
-                   help=f"sampled pairs: distinct partners per node, in K rounds (default {coverage.PARTNERS})")
+                   help=f"sampled pairs: distinct partners per node, in K rounds (default {coverage.PARTNERS}; "
+                        "alone, it asks for sampled pairs at any fleet size)")
     p.add_argument("--seed", type=argtypes.whole(0), help="sampled pairs: the seed that draws them (default: drawn, "
                                                           "and recorded in run.json)")
     p.add_argument("--topology", type=Path, metavar="FILE",
@@ -142,7 +143,7 @@ def conclude(run: Run, job: FleetJob) -> None:
     fleet = conclusion.conclude(run, run.fleet, job.bands)
     print(f"\n== fleet: {len(fleet.nodes)} nodes", flush=True)
     if fleet.coverage is not None:
-        print(f"  pairs: {coverage.summary(fleet.coverage)}")
+        print(f"  pairs: {fleet.coverage.summary()}")
     # Every node a line in a small fleet; in a large one the named nodes, and the passing ones counted.
     shown = fleet.nodes if len(fleet.nodes) <= SHOWN_ALL else [r for r in fleet.nodes if r.verdict != "PASS"]
     for row in shown:
