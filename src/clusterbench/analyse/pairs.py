@@ -63,18 +63,21 @@ def _by_class(rows: list[PairRow]) -> dict[str, list[PairRow]]:
 def flags(rows: list[PairRow], flag_below: float) -> list[Flag]:
     """Slow nodes first, then slow ranks their node does not explain, then each slow pair."""
     mid = medians(rows)
-    slow = {(r.src, r.dst) for r in rows if r.gbps < flag_below * mid[klass(r)]}
+    classes = [klass(r) for r in rows]
+    slow = {(r.src, r.dst) for r, k in zip(rows, classes) if r.gbps < flag_below * mid[k]}
+    # Every grouping in one pass over the rows: a fleet's pairs are millions.
+    groups: dict[tuple[str, str], dict[tuple[object, str], list[PairRow]]] = {
+        (what, direction): {} for what in ("node", "rank") for direction in ("send", "receive")}
+    for r, k in zip(rows, classes):
+        for direction, name_node, name_rank in (("send", r.src_node, r.src), ("receive", r.dst_node, r.dst)):
+            if k != WITHIN:  # a node's own links are its ranks' business
+                groups[("node", direction)].setdefault((name_node, k), []).append(r)
+            groups[("rank", direction)].setdefault((name_rank, k), []).append(r)
     found: list[Flag] = []
     nodes_flagged: set[tuple[str, str]] = set()
     for what in ("node", "rank"):
         for direction, end in (("send", "src"), ("receive", "dst")):
-            groups: dict[tuple[object, str], list[PairRow]] = {}
-            for r in rows:
-                if what == "node" and klass(r) == WITHIN:
-                    continue  # a node's own links are its ranks' business
-                name = getattr(r, f"{end}_node") if what == "node" else getattr(r, end)
-                groups.setdefault((name, klass(r)), []).append(r)
-            for (name, k), mine in groups.items():
+            for (name, k), mine in groups[(what, direction)].items():
                 node = getattr(mine[0], f"{end}_node")
                 bad = sum((r.src, r.dst) in slow for r in mine)
                 if 2 * bad <= len(mine) or (what == "rank" and (node, direction) in nodes_flagged):

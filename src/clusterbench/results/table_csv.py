@@ -13,6 +13,7 @@ import io
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -38,29 +39,38 @@ def read_rows(path: Path, record: type[T], limit: int = files.DOCUMENT_LIMIT) ->
     columns = {f.name for f in fields(record)}  # type: ignore[arg-type]
     rows, line = [], 1
     try:
-        for line, row in enumerate(csv.DictReader(io.StringIO(text, newline="")), 2):
-            if set(row) != columns or None in row.values():  # DictReader fills a short row's cells with None
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, [])
+        if set(header) != columns or len(header) != len(columns):
+            raise codec.SchemaError("", f"the cells are not {path.name}'s columns")
+        cells = [_converter(name, hints[name]) for name in header]  # each column's, chosen once
+        for line, row in enumerate(reader, 2):
+            if len(row) != len(header):
                 raise codec.SchemaError("", f"the cells are not {path.name}'s columns")
-            rows.append(codec.load(record, {k: _cell(k, hints[k], v) for k, v in row.items()}))
+            rows.append(codec.load(record, {name: cell(v) for name, cell, v in zip(header, cells, row)}))
     except (codec.SchemaError, ValueError, csv.Error) as e:
         raise ValueError(f"{path} line {line}: {e}") from None
     return rows
 
 
-def _cell(name: str, tp: Any, text: str) -> object:
-    """A cell as the JSON value codec expects of `tp`: csv wrote None as an empty cell and bools as
-    True/False, and Python's float text reads back to the same float."""
+def _converter(name: str, tp: Any) -> Callable[[str], object]:
+    """How a column's cells read as the JSON values codec expects of `tp`: csv wrote None as an empty cell and
+    bools as True/False, and Python's float text reads back to the same float."""
     options = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
-    if text == "" and type(None) in options:
-        return None
+    optional = type(None) in options
     kind = next(t for t in options if t is not type(None))
-    if kind is bool:
-        return {"True": True, "False": False}.get(text, text)
-    if kind is int:
-        return int(text)
-    if kind is float:
-        value = float(text)
-        if not math.isfinite(value):
-            raise ValueError(f"{name} is {text}, not a finite number")
-        return value
-    return text
+
+    def cell(text: str) -> object:
+        if text == "" and optional:
+            return None
+        if kind is bool:
+            return {"True": True, "False": False}.get(text, text)
+        if kind is int:
+            return int(text)
+        if kind is float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(f"{name} is {text}, not a finite number")
+            return value
+        return text
+    return cell
