@@ -77,7 +77,8 @@ def project(measured: dict, n: int) -> dict:
     rows = 2 * cover.pairs
     return {
         "nodes": n, "rounds": cover.rounds, "mode": cover.mode,
-        "time_s": measured["phases_s"]["node-local"] + measured["phases_s"].get("rechecks", 0) + cover.rounds * per_round,
+        "time_s": (measured["phases_s"]["node-local"] + measured["phases_s"].get("rechecks", 0)
+                   + cover.rounds * per_round),
         # Each receiver's figures reach rank 0 as three float64s a direction.
         "gathered_at_rank0_mb": (n * measured["probe_bytes"] + rows * 24) / 1e6,
         "pairs_csv_mb": rows * measured["csv_bytes_per_row"] / 1e6,

@@ -93,7 +93,8 @@ def test_two_bad_nodes_of_five_are_both_condemned_though_they_hold_most_pairs() 
     assert b.gbps == 8.0 and found == {"c": "send", "e": "receive"}
     plan = retests.plan(rows, list("abcde"), *suspects.learn(rows, 0.5))
     again = [Retest(src, dst, g, 10.0, None, b.slow(g, 10.0), p.why, p.suspect) for p in plan
-             for src, dst in ((p.a, p.b), (p.b, p.a)) for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]
+             for src, dst in ((p.a, p.b), (p.b, p.a))
+             for g in [0.2 if src == "c" else 1.0 if "e" in (src, dst) else 8.0]]
     found = retests.judge(rows, again, list("abcde"), 0.5)
     assert sorted(found.condemned) == ["c", "e"] and not found.suspects, found
 

@@ -40,7 +40,8 @@ def test_the_kept_median_is_the_median_of_what_is_left(values: list[float], rng:
 def _learn_by_definition(rows: list[PairRow], bar: float) -> tuple[suspects.Bars, dict[str, str]]:
     """learn() as docs/methodology.md §16 says it, step by step: every median and every count taken afresh."""
     def bars(kept: list[PairRow]) -> suspects.Bars:
-        return suspects.Bars(statistics.median(r.gbps for r in kept), statistics.median(r.latency_us for r in kept), bar)
+        return suspects.Bars(statistics.median(r.gbps for r in kept), statistics.median(r.latency_us for r in kept),
+                             bar)
 
     nodes = {r.src_node for r in rows} | {r.dst_node for r in rows}
     found: dict[str, str] = {}
@@ -73,7 +74,8 @@ def _fleet(rng: random.Random, n: int) -> list[PairRow]:
         send[i] = 0.3 if kind in "sx" else send[i]
         recv[i] = 0.3 if kind in "rx" else recv[i]
         lag[i] = 4.0 if kind in "xl" else lag[i]
-    return [PairRow(a, b, names[a], names[b], 1024, round(10 * min(send[a], recv[b]) * rng.choice([1, 1, 0.5, 1.04]), 1),
+    return [PairRow(a, b, names[a], names[b], 1024,
+                    round(10 * min(send[a], recv[b]) * rng.choice([1, 1, 0.5, 1.04]), 1),
                     10 * max(lag[a], lag[b]) * rng.choice([1, 1, 1.2]), 0, 1)
             for a in range(n) for b in range(n) if a != b]
 
@@ -127,7 +129,8 @@ def _row(src: str, dst: str, gbps: float, nround: int = 1) -> PairRow:
     return PairRow(ord(src[0]), ord(dst[0]), src, dst, 1024, gbps, 10.0, 0, nround)
 
 
-def _measured_again(plan: list[retests.Planned], figure: dict[tuple[str, str], float], b: suspects.Bars) -> list[Retest]:
+def _measured_again(plan: list[retests.Planned], figure: dict[tuple[str, str], float],
+                    b: suspects.Bars) -> list[Retest]:
     return [Retest(s, d, figure.get((s, d), 8.0), 10.0, None, b.slow(figure.get((s, d), 8.0), 10.0), p.why, p.suspect)
             for p in plan for s, d in ((p.a, p.b), (p.b, p.a))]
 

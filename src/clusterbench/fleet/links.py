@@ -79,10 +79,10 @@ def _indexed(schedule: list[list[Planned]], index: dict[str, int]) -> list[list[
 
 def whole_and_search(rank: Rank, rows: list[PairRow], nodes: dict[str, list[int]], size: int, bar: float,
                      fleet: Fleet) -> None:
-    """The all_reduce across every node; where it runs below `bar` x the median pair (rank 0's `rows`), halve the fleet
-    while one half is below `bar` x the other, then test the last two nodes each beside a node of the
-    fast half: the set that stays slow is the smallest that explains the whole. Each team of the search keeps
-    the faster of SEARCH_LOOKS looks."""
+    """The all_reduce across every node; where it runs below `bar` x the median pair (of rank 0's `rows`),
+    halve the fleet while one half is below `bar` x the other, then test the last two nodes each beside a
+    node of the fast half: the set that stays slow is the smallest that explains the whole. Each team of the
+    search keeps the faster of SEARCH_LOOKS looks."""
     nbytes = size * GLOBAL_SCALE
     names = list(nodes)
     rank.progress.at("the all_reduce across nodes")

@@ -4,9 +4,9 @@ Version 7 (this one) against version 6: the pair rows live in pairs.csv alone, a
 it holds (`pair_rows`): a fleet of thousands of nodes rewrote millions of rows with every save; each
 fleet retest names the suspect it is a healthy partner's proof for (`suspect`), which version 6 said in
 its `why` alone; a fleet's node probes keep their facts, not their node's whole hardware picture; and a
-fleet's `coverage`, `racks` and `bad_switches`, which older folders lack. Version 6 against version 5: `comm_options.rotate`, whether each call's buffers moved to
-the next offset of memory (comm/rotation.py); the sweeps of older folders held theirs still and read as
-false. Version 5 against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
+fleet's `coverage`, `racks` and `bad_switches`, which older folders lack. Version 6 against version 5:
+`comm_options.rotate`, whether each call's buffers moved to the next offset of memory (comm/rotation.py);
+the sweeps of older folders held theirs still and read as false. Version 5 against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
 and the ranks a failed job lost (`lost`), which older folders lack and read as empty. Version 4
 against version 3: the alpha-beta model's section is `cost_model` (version 3
 called it `model`, beside the fine-tuned model's own fields), and `extra` holds the sections of

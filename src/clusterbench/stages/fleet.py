@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "halve the fleet to find the smallest set of nodes that explains it")
     p.add_argument("--pairs", choices=("all", "sampled"),
                    help=f"which pairs of nodes the rounds measure: every pair, or each node against --partners "
-                        f"others drawn at random (default: every pair up to {coverage.ALL_UP_TO} nodes, sampled beyond)")
+                        f"others drawn at random (default: every pair up to {coverage.ALL_UP_TO} nodes, sampled "
+                        "beyond)")
     p.add_argument("--partners", type=argtypes.whole(2), metavar="K",
                    help=f"sampled pairs: distinct partners per node, in K rounds (default {coverage.PARTNERS}; "
                         "alone, it asks for sampled pairs at any fleet size)")
