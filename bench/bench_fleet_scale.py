@@ -162,7 +162,7 @@ def plant(n: int, rack_size: int, faults: float, mix: list[str], truth_seed: int
     for kind in LINK_FAULTS:
         if kind not in mix:
             continue
-        for _ in range(links):
+        for _ in range(min(links, len(healthy) // 2)):
             a, b = healthy.pop(), healthy.pop()
             if kind == "bad_link":
                 t.bad_links[(a, b)] = 0.1
@@ -303,7 +303,8 @@ def qualify_minutes(r: dict, args: argparse.Namespace) -> float:
 
 def against(n: int, seed: int, args: argparse.Namespace, old: object) -> dict:
     """The links' verdicts of this tree and of another revision's analyse/retests.py (`old`) on the same fleet:
-    the same rounds, and each pair's retests measured from the same truth (whichever partners each plan picks)."""
+    the same rounds, and each pair's retests measured from the same truth (whichever partners each plan picks);
+    "right" where the condemned are exactly the nodes planted with a fault of their links."""
     truth = plant(n, args.rack_size, args.faults, args.mix, seed, args)
     names = truth.names
     schedule = coverage.plan(n, "all", 0, seed)[0]
@@ -326,8 +327,11 @@ def against(n: int, seed: int, args: argparse.Namespace, old: object) -> dict:
         v = judge(rows, kept, names, 0.5)
         verdicts.append((sorted(v.condemned), sorted(v.suspects)))
     (cond, sus), (old_cond, old_sus) = verdicts
+    # The faults the links can prove: a slow GPU is the node-local phase's to find.
+    faulty = sorted(name for i, name in enumerate(names) if (truth.send[i], truth.recv[i], truth.lag[i]) != (1, 1, 1)
+                    or (truth.bad_rack is not None and truth.racks[i] == truth.bad_rack))
     return {"nodes": n, "seed": seed, "same": verdicts[0] == verdicts[1], "condemned": cond, "old_condemned": old_cond,
-            "suspects": sus, "old_suspects": old_sus, "faulty": sorted(truth.faulty)}
+            "suspects": sus, "old_suspects": old_sus, "faulty": faulty}
 
 
 def _old_retests(revision: str) -> object:
@@ -371,11 +375,14 @@ def main() -> None:
         return
     if args.against:
         old = _old_retests(args.against)
-        print("| nodes | seeds | verdicts as REV's | differ (seed: this tree / REV, condemned) |\n|---:|---:|---:|---|")
+        print("| nodes | seeds | verdicts as REV's | right, this tree / REV | where they differ (seed: condemned here "
+              "/ by REV; planted) |\n|---:|---:|---:|---:|---|")
         for n in args.nodes:
             found = [against(n, seed, args, old) for seed in range(args.seeds)]
-            odd = [f"{f['seed']}: {f['condemned']} / {f['old_condemned']}" for f in found if not f["same"]]
-            print(f"| {n} | {args.seeds} | {sum(f['same'] for f in found)} | {'; '.join(odd) or '-'} |", flush=True)
+            odd = [f"{f['seed']}: {f['condemned']} / {f['old_condemned']}; {f['faulty']}" for f in found if not f["same"]]
+            right = [sum(f[key] == f["faulty"] for f in found) for key in ("condemned", "old_condemned")]
+            print(f"| {n} | {args.seeds} | {sum(f['same'] for f in found)} | {right[0]} / {right[1]} | "
+                  f"{'; '.join(odd) or '-'} |", flush=True)
         return
     print("| nodes | seeds | pair rows | rounds | retest rounds | judge s (max) | rank-0 peak MiB (max) | run.json MiB "
           "| false | missed | faulty | suspects | bad links found / measured / planted | qualify min |")

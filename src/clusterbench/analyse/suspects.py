@@ -2,12 +2,14 @@
 
 A pair is slow when its bandwidth is below `bar` x the median pair, or its latency above LATENCY_BAR x the
 median latency. The node with the most slow pairs in one direction, where they are most of that
-direction's pairs (two at least), is a suspect; its pairs are set aside, the medians taken again over the
-rest, and the slow pairs counted again without it, until no node is left so (of nodes with as many slow
-pairs, the one whose slow pairs are slowest goes first: a fault runs far below the bar, a busy host's
-moment just below it, and the node it slows is explained by it). A node slow only with
-suspects is explained by them: a node held to a tenth of a CPU slows every partner's latency, and those
-partners are not suspects for it. Two bad nodes of five touch 11 of the 20 pairs, so the median of every
+direction's pairs (two at least), is a suspect; its pairs that way are set aside (both ways where its
+other side is mostly slow too, as a starved host's is: a fault picks a direction, and a pair into a node
+whose sends are slow is none of that fault's doing), the medians taken again over the rest, and the slow
+pairs counted again without them, until no node is left so. Of nodes with as many slow pairs, the one
+whose slow pairs run most nearly at one pace goes first: a node's own fault holds all its pairs to its
+pace (analyse/retests.py), while a node slowed by others' faults and a busy moment is slow at as many
+paces as causes; then the first by name. A node slow only with suspects is explained by them: a node
+held to a tenth of a CPU slows every partner's latency, and those partners are not suspects for it. Two bad nodes of five touch 11 of the 20 pairs, so the median of every
 pair is one of theirs. The medians are learned again only while a majority of the nodes is left to set
 them; suspects found beyond that are judged by the last bars.
 
@@ -55,42 +57,47 @@ def other_end(row: PairRow, node: str) -> str:
     return row.dst_node if row.src_node == node else row.src_node
 
 
-def pace(row: PairRow) -> int:
-    """A pair's bandwidth in whole kbit/s: slow pairs' sums compare exactly, however they were added up."""
-    return round(row.gbps * 1e6)
-
-
 class _Tally:
-    """Each (node, way)'s kept pairs, the slow ones among them and their summed pace; the worst qualifying one
-    from a heap."""
+    """Each (node, way)'s kept pairs and the slow ones among them; those qualifying with the most, from a heap."""
 
     def __init__(self) -> None:
         self.total: dict[tuple[str, str], int] = defaultdict(int)
         self.slow: dict[tuple[str, str], int] = defaultdict(int)
-        self.pace: dict[tuple[str, str], int] = defaultdict(int)
         self._version: dict[tuple[str, str], int] = defaultdict(int)
-        self._heap: list[tuple[int, int, str, str, int]] = []
+        self._heap: list[tuple[int, str, str, int]] = []
+        self._retired: set[tuple[str, str]] = set()  # the other side of a suspect: never a suspect of its own
 
-    def add(self, key: tuple[str, str], total: int, slow: int, pace: int) -> None:
+    def add(self, key: tuple[str, str], total: int, slow: int) -> None:
         self.total[key] += total
         self.slow[key] += slow
-        self.pace[key] += pace
         self._version[key] += 1
-        heapq.heappush(self._heap, (-self.slow[key], self.pace[key], key[0], key[1], self._version[key]))
+        heapq.heappush(self._heap, (-self.slow[key], key[0], key[1], self._version[key]))
 
-    def worst(self) -> tuple[str, str] | None:
-        """The (node, way) with the most slow pairs, where they are most of that way's pairs and two at least.
-        Of as many, the one whose slow pairs are slowest (a fault runs far below the bar, a busy moment just
-        below it), then the first node by name and way. An entry that no longer qualifies is dropped: it is
-        pushed again whenever its counts change, the only way it can qualify again."""
+    def _top(self) -> tuple[str, str] | None:
+        """The current qualifying entry on top of the heap (most slow pairs, then node and way by name), left
+        there; an entry that no longer qualifies is dropped: it is pushed again whenever its counts change,
+        the only way it can qualify again."""
         while self._heap:
-            _, _, node, way, version = self._heap[0]
+            _, node, way, version = self._heap[0]
             key = (node, way)
             slow = self.slow[key]
-            if version == self._version[key] and slow >= 2 and 2 * slow > self.total[key]:
+            if version == self._version[key] and slow >= 2 and 2 * slow > self.total[key] and \
+                    key not in self._retired:
                 return key
             heapq.heappop(self._heap)
         return None
+
+    def retire(self, key: tuple[str, str]) -> None:
+        self._retired.add(key)
+
+    def most(self) -> list[tuple[str, str]]:
+        """Every (node, way) with the most slow pairs, where they are most of that way's pairs and two at least."""
+        tied: list[tuple[int, str, str, int]] = []
+        while (key := self._top()) is not None and (not tied or self.slow[key] == -tied[0][0]):
+            tied.append(heapq.heappop(self._heap))
+        for entry in tied:
+            heapq.heappush(self._heap, entry)
+        return [(node, way) for _, node, way, _ in tied]
 
 
 def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
@@ -104,7 +111,7 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
     kept = [True] * len(rows)
     touching: dict[str, list[int]] = defaultdict(list)
     tally = _Tally()
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for i, r in enumerate(rows):
         touching[r.src_node].append(i)
         touching[r.dst_node].append(i)
@@ -112,27 +119,36 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
             c = counts[(end(r, way), way)]
             c[0] += 1
             c[1] += slow[i]
-            c[2] += slow[i] * pace(r)
-    for key, (total, found, summed) in counts.items():
-        tally.add(key, total, found, summed)
+    for key, (total, found) in counts.items():
+        tally.add(key, total, found)
+
+    def evenness(key: tuple[str, str]) -> float:
+        """How far apart the slow pairs of a (node, way) run: fastest / slowest, 1 for one pace."""
+        node, way = key
+        paces = [rows[i].gbps for i in touching[node] if kept[i] and slow[i] and end(rows[i], way) == node]
+        return max(paces) / min(paces)
 
     suspects: dict[str, str] = {}
-    while (worst := tally.worst()) is not None:
-        node, suspects[node] = worst
+    while tied := tally.most():
+        node, slow_way = min(tied, key=lambda key: (evenness(key), key)) if len(tied) > 1 else tied[0]
+        suspects[node] = slow_way
+        side = (node, "receive" if slow_way == "send" else "send")
+        both = 2 * tally.slow[side] > tally.total[side]  # a starved host: slow both ways
+        tally.retire(side)
         for i in touching[node]:
-            if kept[i]:
+            if kept[i] and (both or end(rows[i], slow_way) == node):
                 kept[i] = False
                 gbps.drop(i)
                 latency.drop(i)
                 for way in WAYS:
-                    tally.add((end(rows[i], way), way), -1, -slow[i], -slow[i] * pace(rows[i]))
+                    tally.add((end(rows[i], way), way), -1, -slow[i])
         if 2 * len(suspects) < len(nodes) and gbps.kept:
             was, b = b, Bars(gbps.median(), latency.median(), bar)
             for i in _crossed(gbps, latency, was, b):
                 if kept[i] and (now := b.slow(rows[i].gbps, rows[i].latency_us)) != slow[i]:
                     slow[i] = now
                     for way in WAYS:
-                        tally.add((end(rows[i], way), way), 0, 1 if now else -1, pace(rows[i]) * (1 if now else -1))
+                        tally.add((end(rows[i], way), way), 0, 1 if now else -1)
     return b, suspects
 
 
