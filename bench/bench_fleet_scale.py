@@ -375,14 +375,15 @@ def main() -> None:
         return
     if args.against:
         old = _old_retests(args.against)
-        print("| nodes | seeds | verdicts as REV's | right, this tree / REV | where they differ (seed: condemned here "
-              "/ by REV; planted) |\n|---:|---:|---:|---:|---|")
+        print("| nodes | seeds | verdicts as REV's | right, this tree / REV | healthy nodes condemned, this tree / REV | "
+              "where they differ (seed: condemned here / by REV; planted) |\n|---:|---:|---:|---:|---:|---|")
         for n in args.nodes:
             found = [against(n, seed, args, old) for seed in range(args.seeds)]
             odd = [f"{f['seed']}: {f['condemned']} / {f['old_condemned']}; {f['faulty']}" for f in found if not f["same"]]
             right = [sum(f[key] == f["faulty"] for f in found) for key in ("condemned", "old_condemned")]
+            false = [sum(len(set(f[key]) - set(f["faulty"])) for f in found) for key in ("condemned", "old_condemned")]
             print(f"| {n} | {args.seeds} | {sum(f['same'] for f in found)} | {right[0]} / {right[1]} | "
-                  f"{'; '.join(odd) or '-'} |", flush=True)
+                  f"{false[0]} / {false[1]} | {'; '.join(odd) or '-'} |", flush=True)
         return
     print("| nodes | seeds | pair rows | rounds | retest rounds | judge s (max) | rank-0 peak MiB (max) | run.json MiB "
           "| false | missed | faulty | suspects | bad links found / measured / planted | qualify min |")

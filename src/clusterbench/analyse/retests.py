@@ -67,24 +67,35 @@ class Verdicts:
 
 
 class _SlowPairs:
-    """The slow pairs of the rounds, in their order, and by node; and each suspect's pairs per way."""
+    """The slow pairs of the rounds, in their order, and by node; and each node's pairs and slow pairs per way."""
 
-    def __init__(self, rows: list[PairRow], b: Bars, suspects: dict[str, str]) -> None:
+    def __init__(self, rows: list[PairRow], b: Bars) -> None:
         self.rows = [r for r in rows if b.slow(r.gbps, r.latency_us)]
         self.of: dict[str, list[PairRow]] = defaultdict(list)
+        self.ways: dict[tuple[str, str], int] = defaultdict(int)  # (node, way) -> its pairs that way
+        self.slow_ways: dict[tuple[str, str], int] = defaultdict(int)
+        self.directions = {(r.src_node, r.dst_node) for r in self.rows}
         for r in self.rows:
             self.of[r.src_node].append(r)
             self.of[r.dst_node].append(r)
-        self.ways: dict[tuple[str, str], int] = defaultdict(int)  # (suspect, way) -> its pairs that way
+            for way in WAYS:
+                self.slow_ways[(end(r, way), way)] += 1
         for r in rows:
             for way in WAYS:
-                if end(r, way) in suspects:
-                    self.ways[(end(r, way), way)] += 1
+                self.ways[(end(r, way), way)] += 1
+
+    def clean(self, p: str, x: str, way: str) -> bool:
+        """Whether node p's pairs `way` (its sends or receives), but the one with x, are mostly normal: a partner
+        that is slow that way itself cannot prove x slow through it."""
+        direction = (p, x) if way == "send" else (x, p)
+        total = self.ways[(p, way)] - 1
+        slow = self.slow_ways[(p, way)] - (direction in self.directions)
+        return 2 * slow <= total
 
 
 def plan(rows: list[PairRow], nodes: list[str], b: Bars, suspects: dict[str, str]) -> list[Planned]:
     """The pairs of nodes to measure again, each once, with why, from what learn() found in `rows`."""
-    slow = _SlowPairs(rows, b, suspects)
+    slow = _SlowPairs(rows, b)
     chosen: dict[frozenset[str], Planned] = {}
     for x, partners in _partners(slow, nodes, suspects).items():
         for p in partners:
@@ -106,16 +117,19 @@ def plan(rows: list[PairRow], nodes: list[str], b: Bars, suspects: dict[str, str
 
 def _partners(slow: _SlowPairs, nodes: list[str], suspects: dict[str, str]) -> dict[str, list[str]]:
     """Each suspect's healthy partners: those it was slow with first, and among them the fewest retests given
-    so far, then the first in `nodes`; where it was slow with too few healthy nodes, the least loaded others."""
+    so far, then the first in `nodes`; where it was slow with too few healthy nodes, the least loaded others.
+    A partner must be clean the way the retest uses it (its receives for a suspect's sends, its sends for its
+    receives): with three nodes, a receiver "proven" slow by a sender that was slow to everyone is no proof."""
     order = {n: i for i, n in enumerate(nodes)}
     healthy = [n for n in nodes if n not in suspects]
     load = dict.fromkeys(healthy, 0)
     found: dict[str, list[str]] = {}
-    for x in suspects:
-        was_slow = {other_end(r, x) for r in slow.of.get(x, ())} & load.keys()
+    for x, way in suspects.items():
+        side = "receive" if way == "send" else "send"
+        was_slow = {p for p in (other_end(r, x) for r in slow.of.get(x, ())) if p in load and slow.clean(p, x, side)}
         picked = heapq.nsmallest(PARTNERS, was_slow, key=lambda n: (load[n], order[n]))
         if len(picked) < PARTNERS:
-            rest = (n for n in healthy if n not in was_slow)
+            rest = (n for n in healthy if n not in was_slow and slow.clean(n, x, side))
             picked += heapq.nsmallest(PARTNERS - len(picked), rest, key=lambda n: (load[n], order[n]))
         for p in picked:
             load[p] += 1
@@ -189,7 +203,7 @@ def judge(rows: list[PairRow], retests: list[Retest], nodes: list[str], bar: flo
         return found
     b, suspects = learn(rows, bar)
     found.bars, found.ways = b, suspects
-    slow = _SlowPairs(rows, b, suspects)
+    slow = _SlowPairs(rows, b)
     again = _Retests(retests)
     own: dict[str, list[tuple[PairRow, float]]] = defaultdict(list)
     for r, x, pace in unexplained(slow, suspects, b):
