@@ -151,50 +151,32 @@ class RunFolder:
         hot loop passes min_interval_s so that run.json, which grows with the run, is rewritten at
         most once per interval; whoever does must call flush() when it ends, however it ends.
         """
-        rows = getattr(self.run, table)
-        rows.append(row)
-        if self._csv_rows.get(table) == len(rows) - 1:
-            self._append_csv(table, row)
-        else:  # a new CSV
-            self._write_csv(table)
+        self._add_rows(table, [row])
         if time.monotonic() - self._saved_at >= min_interval_s:
             self.save()
 
     def extend(self, table: str, rows: list[Any]) -> None:
         """Add rows to a table kept in its CSV alone (IN_CSV), in one write; run.json learns how many at its next
         save. A hot loop's batch costs one write, and no rewrite of run.json."""
-        if not rows:
-            return
+        if rows:
+            self._add_rows(table, rows)
+
+    def flush(self) -> None:
+        """run.json with the rows appended since its last save: the CSVs hold them already."""
+        self.save()
+
+    def _add_rows(self, table: str, rows: list[Any]) -> None:
+        """`rows` at the end of the table in memory and of <table>.csv, in one write: a reader, or a run killed
+        now, finds each row whole or not at all (the whole file written where it is new)."""
         kept = getattr(self.run, table)
         kept += rows
         if self._csv_rows.get(table) != len(kept) - len(rows):
             self._write_csv(table)
             return
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
-        writer.writerows(codec.dump(r) for r in rows)
-        self._append_text(table, buf.getvalue())
-        self._csv_rows[table] += len(rows)
-
-    def flush(self) -> None:
-        """run.json with the rows appended since its last save: the CSVs hold them already."""
-        self.save()
-
-    def _write_csv(self, table: str) -> None:
-        rows = getattr(self.run, table)
-        self.write_csv(table, rows)
-        self._csv_rows[table] = len(rows)
-
-    def _append_csv(self, table: str, row: Any) -> None:
-        """One line at the end of <table>.csv, in one write: a reader, or a run killed now, finds
-        the row whole or not at all."""
-        buf = io.StringIO()
-        csv.DictWriter(buf, fieldnames=[f.name for f in fields(row)], lineterminator="\n").writerow(codec.dump(row))
-        self._append_text(table, buf.getvalue())
-        self._csv_rows[table] += 1
-
-    def _append_text(self, table: str, text: str) -> None:
-        path, data = self.path / f"{table}.csv", text.encode("utf-8")
+        csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n").writerows(
+            codec.dump(r) for r in rows)
+        path, data = self.path / f"{table}.csv", buf.getvalue().encode("utf-8")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
@@ -204,6 +186,12 @@ class RunFolder:
                 os.close(fd)
         except OSError as e:
             raise RunFailed(f"cannot write {path} ({e.strerror or e})") from None
+        self._csv_rows[table] += len(rows)
+
+    def _write_csv(self, table: str) -> None:
+        rows = getattr(self.run, table)
+        self.write_csv(table, rows)
+        self._csv_rows[table] = len(rows)
 
     def write_csv(self, table: str, rows: list[Any]) -> None:
         """<table>.csv from `rows` (records of one type, at least one), atomically."""
