@@ -56,15 +56,12 @@ def _learn_by_definition(rows: list[PairRow], bar: float) -> tuple[suspects.Bars
         worst = [(-len(slow), max(r.gbps for r in slow) / min(r.gbps for r in slow), node, way)
                  for (node, way), s in ways.items()
                  for slow in [[r for r in s if r is not None]]
-                 if len(slow) >= 2 and 2 * len(slow) > len(s) and node not in found]  # a suspect's other side stays
+                 if len(slow) >= 2 and 2 * len(slow) > len(s)]
         if not worst:
             return b, found
         _, _, node, way = min(worst)
         found[node] = way
-        side = [r for r in kept if (r.dst_node if way == "send" else r.src_node) == node]
-        both = 2 * sum(b.slow(r.gbps, r.latency_us) for r in side) > len(side)  # slow both ways: starved
-        kept = [r for r in kept if (r.src_node if way == "send" else r.dst_node) != node
-                and not (both and node in (r.src_node, r.dst_node))]
+        kept = [r for r in kept if node not in (r.src_node, r.dst_node)]
         if 2 * len(found) < len(nodes) and kept:
             b = bars(kept)
 

@@ -67,35 +67,37 @@ class Verdicts:
 
 
 class _SlowPairs:
-    """The slow pairs of the rounds, in their order, and by node; and each node's pairs and slow pairs per way."""
+    """The slow pairs of the rounds, in their order, and by node; each node's pairs per way; and the ways in which
+    nodes are mostly slow, counting only the pairs of two nodes that are not suspects."""
 
-    def __init__(self, rows: list[PairRow], b: Bars) -> None:
+    def __init__(self, rows: list[PairRow], b: Bars, suspects: dict[str, str]) -> None:
         self.rows = [r for r in rows if b.slow(r.gbps, r.latency_us)]
         self.of: dict[str, list[PairRow]] = defaultdict(list)
-        self.ways: dict[tuple[str, str], int] = defaultdict(int)  # (node, way) -> its pairs that way
-        self.slow_ways: dict[tuple[str, str], int] = defaultdict(int)
-        self.directions = {(r.src_node, r.dst_node) for r in self.rows}
         for r in self.rows:
             self.of[r.src_node].append(r)
             self.of[r.dst_node].append(r)
-            for way in WAYS:
-                self.slow_ways[(end(r, way), way)] += 1
+        self.ways: dict[tuple[str, str], int] = defaultdict(int)  # (node, way) -> its pairs that way
+        among: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # pairs, slow ones: no suspect in them
         for r in rows:
+            slow = b.slow(r.gbps, r.latency_us)
             for way in WAYS:
                 self.ways[(end(r, way), way)] += 1
+                if r.src_node not in suspects and r.dst_node not in suspects:
+                    count = among[(end(r, way), way)]
+                    count[0] += 1
+                    count[1] += slow
+        self._slow_ways = {key for key, (total, slow) in among.items() if 2 * slow > total}
 
-    def clean(self, p: str, x: str, way: str) -> bool:
-        """Whether node p's pairs `way` (its sends or receives), but the one with x, are mostly normal: a partner
-        that is slow that way itself cannot prove x slow through it."""
-        direction = (p, x) if way == "send" else (x, p)
-        total = self.ways[(p, way)] - 1
-        slow = self.slow_ways[(p, way)] - (direction in self.directions)
-        return 2 * slow <= total
+    def clean(self, node: str, way: str) -> bool:
+        """Whether `node`'s pairs `way` (its sends or receives) with nodes that are not suspects are mostly normal,
+        or it has none: a partner slow that way itself cannot prove anyone slow through it, and its pairs with
+        suspects are theirs to explain."""
+        return (node, way) not in self._slow_ways
 
 
 def plan(rows: list[PairRow], nodes: list[str], b: Bars, suspects: dict[str, str]) -> list[Planned]:
     """The pairs of nodes to measure again, each once, with why, from what learn() found in `rows`."""
-    slow = _SlowPairs(rows, b)
+    slow = _SlowPairs(rows, b, suspects)
     chosen: dict[frozenset[str], Planned] = {}
     for x, partners in _partners(slow, nodes, suspects).items():
         for p in partners:
@@ -126,10 +128,10 @@ def _partners(slow: _SlowPairs, nodes: list[str], suspects: dict[str, str]) -> d
     found: dict[str, list[str]] = {}
     for x, way in suspects.items():
         side = "receive" if way == "send" else "send"
-        was_slow = {p for p in (other_end(r, x) for r in slow.of.get(x, ())) if p in load and slow.clean(p, x, side)}
+        was_slow = {p for p in (other_end(r, x) for r in slow.of.get(x, ())) if p in load and slow.clean(p, side)}
         picked = heapq.nsmallest(PARTNERS, was_slow, key=lambda n: (load[n], order[n]))
         if len(picked) < PARTNERS:
-            rest = (n for n in healthy if n not in was_slow and slow.clean(n, x, side))
+            rest = (n for n in healthy if n not in was_slow and slow.clean(n, side))
             picked += heapq.nsmallest(PARTNERS - len(picked), rest, key=lambda n: (load[n], order[n]))
         for p in picked:
             load[p] += 1
@@ -203,7 +205,7 @@ def judge(rows: list[PairRow], retests: list[Retest], nodes: list[str], bar: flo
         return found
     b, suspects = learn(rows, bar)
     found.bars, found.ways = b, suspects
-    slow = _SlowPairs(rows, b)
+    slow = _SlowPairs(rows, b, suspects)
     again = _Retests(retests)
     own: dict[str, list[tuple[PairRow, float]]] = defaultdict(list)
     for r, x, pace in unexplained(slow, suspects, b):

@@ -2,10 +2,8 @@
 
 A pair is slow when its bandwidth is below `bar` x the median pair, or its latency above LATENCY_BAR x the
 median latency. The node with the most slow pairs in one direction, where they are most of that
-direction's pairs (two at least), is a suspect; its pairs that way are set aside (both ways where its
-other side is mostly slow too, as a starved host's is: a fault picks a direction, and a pair into a node
-whose sends are slow is none of that fault's doing), the medians taken again over the rest, and the slow
-pairs counted again without them, until no node is left so. Of nodes with as many slow pairs, the one
+direction's pairs (two at least), is a suspect; its pairs are set aside, the medians taken again over the
+rest, and the slow pairs counted again without it, until no node is left so. Of nodes with as many slow pairs, the one
 whose slow pairs run most nearly at one pace goes first: a node's own fault holds all its pairs to its
 pace (analyse/retests.py), while a node slowed by others' faults and a busy moment is slow at as many
 paces as causes; then the first by name. A node slow only with suspects is explained by them: a node
@@ -65,7 +63,6 @@ class _Tally:
         self.slow: dict[tuple[str, str], int] = defaultdict(int)
         self._version: dict[tuple[str, str], int] = defaultdict(int)
         self._heap: list[tuple[int, str, str, int]] = []
-        self._retired: set[tuple[str, str]] = set()  # the other side of a suspect: never a suspect of its own
 
     def add(self, key: tuple[str, str], total: int, slow: int) -> None:
         self.total[key] += total
@@ -81,14 +78,10 @@ class _Tally:
             _, node, way, version = self._heap[0]
             key = (node, way)
             slow = self.slow[key]
-            if version == self._version[key] and slow >= 2 and 2 * slow > self.total[key] and \
-                    key not in self._retired:
+            if version == self._version[key] and slow >= 2 and 2 * slow > self.total[key]:
                 return key
             heapq.heappop(self._heap)
         return None
-
-    def retire(self, key: tuple[str, str]) -> None:
-        self._retired.add(key)
 
     def most(self) -> list[tuple[str, str]]:
         """Every (node, way) with the most slow pairs, where they are most of that way's pairs and two at least."""
@@ -130,13 +123,9 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
 
     suspects: dict[str, str] = {}
     while tied := tally.most():
-        node, slow_way = min(tied, key=lambda key: (evenness(key), key)) if len(tied) > 1 else tied[0]
-        suspects[node] = slow_way
-        side = (node, "receive" if slow_way == "send" else "send")
-        both = 2 * tally.slow[side] > tally.total[side]  # a starved host: slow both ways
-        tally.retire(side)
+        node, suspects[node] = min(tied, key=lambda key: (evenness(key), key)) if len(tied) > 1 else tied[0]
         for i in touching[node]:
-            if kept[i] and (both or end(rows[i], slow_way) == node):
+            if kept[i]:
                 kept[i] = False
                 gbps.drop(i)
                 latency.drop(i)
