@@ -52,12 +52,10 @@ def _learn_by_definition(rows: list[PairRow], bar: float) -> tuple[suspects.Bars
             slow = r if b.slow(r.gbps, r.latency_us) else None
             ways.setdefault((r.src_node, "send"), []).append(slow)
             ways.setdefault((r.dst_node, "receive"), []).append(slow)
-        # Most slow pairs first; of as many, those whose pairs slow in bandwidth run most nearly at one pace,
-        # then by name.
-        worst = [(-len(slow), max(paces) / min(paces) if paces else 1.0, node, way)
+        # Most slow pairs first; of as many, those most nearly at one pace, then by name.
+        worst = [(-len(slow), max(r.gbps for r in slow) / min(r.gbps for r in slow), node, way)
                  for (node, way), s in ways.items()
                  for slow in [[r for r in s if r is not None]]
-                 for paces in [[r.gbps for r in slow if r.gbps < b.bar * b.gbps]]
                  if len(slow) >= 2 and 2 * len(slow) > len(s)]
         if not worst:
             return b, found

@@ -20,7 +20,9 @@ PORT = 29500  # inside namespaces the test made for itself: nothing else listens
 NODES = 6
 RACKS = ["rack-a", "rack-a", "rack-b", "rack-b", "rack-c", "rack-c"]
 SLOW_RACK = [4, 5]
-SAMPLED = ["--pairs", "sampled", "--partners", "3", "--seed", "5", "--pair-bytes", "1M", "--pair-iters", "3",
+# Four of the five partners: with three, a rack-c node has two pairs across, and where a partner busy with this
+# host's load is taken for a suspect first and explains one of them, the other alone proves nothing.
+SAMPLED = ["--pairs", "sampled", "--partners", "4", "--seed", "5", "--pair-bytes", "1M", "--pair-iters", "3",
            "--peak-seconds", "0.2", "--numerics-steps", "0", "--iface", "eth0", "--timeout", "60"]
 
 
@@ -33,8 +35,10 @@ def judged(out: Path, names: list[str]) -> dict:
     run = read_run(out)
     fleet = run["fleet"]
     cover = fleet["coverage"]
-    assert (cover["mode"], cover["partners"], cover["inside"], cover["seed"]) == ("sampled", 3, 1, 5), cover
-    assert len(read_pairs(out)) == run["pair_rows"] == 2 * cover["pairs"] == 2 * 9
+    assert (cover["mode"], cover["inside"], cover["seed"]) == ("sampled", 1, 5), cover
+    # Pairs across that a round inside a rack already holds are not drawn again: some node may meet one fewer.
+    assert cover["partners"] in (3, 4) and cover["pairs"] in range(11, 13), cover
+    assert len(read_pairs(out)) == run["pair_rows"] == 2 * cover["pairs"]
     assert fleet["racks"] == dict(zip(names, RACKS))
     rows = {row["node"]: row for row in fleet["nodes"]}
     gone = [names[i] for i in SLOW_RACK]

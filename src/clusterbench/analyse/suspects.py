@@ -4,9 +4,9 @@ A pair is slow when its bandwidth is below `bar` x the median pair, or its laten
 median latency. The node with the most slow pairs in one direction, where they are most of that
 direction's pairs (two at least), is a suspect; its pairs are set aside, the medians taken again over the
 rest, and the slow pairs counted again without it, until no node is left so. Of nodes with as many slow pairs, the one
-whose pairs slow in bandwidth run most nearly at one pace goes first: a node's own fault holds all its
-pairs to its pace (analyse/retests.py), while a node slowed by others' faults and a busy moment is slow at
-as many paces as causes (a pair slow only in latency has none); then the first by name. A node slow only with suspects is explained by them: a node
+whose slow pairs run most nearly at one pace goes first: a node's own fault holds all its pairs to its
+pace (analyse/retests.py), while a node slowed by others' faults and a busy moment is slow at as many
+paces as causes; then the first by name. A node slow only with suspects is explained by them: a node
 held to a tenth of a CPU slows every partner's latency, and those partners are not suspects for it. Two bad nodes of five touch 11 of the 20 pairs, so the median of every
 pair is one of theirs. The medians are learned again only while a majority of the nodes is left to set
 them; suspects found beyond that are judged by the last bars.
@@ -116,12 +116,10 @@ def learn(rows: list[PairRow], bar: float) -> tuple[Bars, dict[str, str]]:
         tally.add(key, total, found)
 
     def evenness(key: tuple[str, str]) -> float:
-        """How far apart the pairs of a (node, way) slow in bandwidth run: fastest / slowest, 1 for one pace (a
-        pair slow only in latency has no pace of its own: a busy host's round trips slow any pair)."""
+        """How far apart the slow pairs of a (node, way) run: fastest / slowest, 1 for one pace."""
         node, way = key
-        paces = [rows[i].gbps for i in touching[node]
-                 if kept[i] and slow[i] and end(rows[i], way) == node and rows[i].gbps < b.bar * b.gbps]
-        return max(paces) / min(paces) if paces else 1.0
+        paces = [rows[i].gbps for i in touching[node] if kept[i] and slow[i] and end(rows[i], way) == node]
+        return max(paces) / min(paces)
 
     suspects: dict[str, str] = {}
     while tied := tally.most():
