@@ -42,6 +42,10 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
     low = write_baseline(tmp_path / "low", klass, {"matmul_tflops": 1e-9, "copy_gbps": 1e-9})
     high = write_baseline(tmp_path / "high", klass, {"matmul_tflops": 1e9})
     other = write_baseline(tmp_path / "other", OTHER_CLASS, {"matmul_tflops": 700.0})
+    thin = tmp_path / "thin"  # this class's bands stand on two nodes: they judge nobody
+    thin.mkdir()
+    save_run(thin, Run(command="fleet", status="complete", fleet=Fleet(bands=[
+        Band(klass, "matmul_tflops", 1e9, 0.0, 2), Band(OTHER_CLASS, "matmul_tflops", 700.0, 0.0, 10)])))
     store = tmp_path / "results.db"
     quick = ["--node", "n1", "--numerics-steps", "0", "--store", "off"]
     done = run_side_by_side({
@@ -49,6 +53,7 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
         "band": ["check", *quick, "-v", "--baseline", str(high / "run.json"), "--drain-on-fail", "--dry-run"],
         "class": ["check", *quick, "--baseline", str(other)],
         "gpus": ["check", *quick, "--gpus", "1000"],
+        "thin": ["check", *quick, "--baseline", str(thin), "--drain-on-fail", "--dry-run"],
     }, timeout=120)
 
     healthy = done["pass"]
@@ -68,15 +73,21 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
         "would run: scontrol update nodename=n1 state=drain 'reason=clusterbench check: "), band.stdout
     assert_one_line_error(done["class"], 1, f"this node is {klass}", OTHER_CLASS)
     assert_one_line_error(done["gpus"], 1, "--gpus 1000 were expected")
+    assert_one_line_error(done["thin"], 2, "stand on 2 node(s)", "judges nobody", "not judged, not drained")
+    assert "would run" not in done["thin"].stdout
 
 
-def test_a_check_past_its_budget_fails_at_the_budget(tmp_path: Path) -> None:
+def test_a_budget_too_small_for_the_set_up_ends_at_the_budget_and_drains_nobody(tmp_path: Path) -> None:
+    """Torch alone takes longer than 1 s to load, at a full CPU: the budget's fault, not the node's."""
     started = time.monotonic()
-    late = run_cli("check", "--budget", "1", "--node", "n1", "--store", "off", timeout=60)
+    late = run_cli("check", "--budget", "1", "--node", "n1", "--store", "off", "--drain-on-fail", "--dry-run",
+                   timeout=60)
     took = time.monotonic() - started
-    err = assert_one_line_error(late, 1, "clusterbench check: n1: did not finish within --budget 1 s")
-    assert "was still running" in err
+    err = assert_one_line_error(late, 2, "clusterbench check: n1: did not finish within --budget 1 s",
+                                "loading torch was still running", "the budget is too small", "not drained")
+    assert "would run" not in late.stdout, late.stdout
     assert took < 30, took  # the watchdog ended it: no hang, whatever the load on this runner
+    assert "--budget 1 s" in err
 
 
 def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) -> None:
@@ -87,6 +98,8 @@ def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) ->
         "budget absurd": ["check", "--budget", "1e9"],
         "no baseline": ["check", "--baseline", str(tmp_path / "nowhere")],
         "no bands": ["check", "--baseline", str(tmp_path / "empty")],
+        "bands of one node": ["check", "--baseline", str(write_baseline(tmp_path / "one", "any", {"copy_gbps": 9.0},
+                                                                        nodes=1))],
         "dry run alone": ["check", "--dry-run"],
     }
     done = run_side_by_side(cases, timeout=60)
@@ -94,6 +107,7 @@ def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) ->
     assert_one_line_error(done["budget absurd"], 2, "--budget", "at most 3600")
     assert_one_line_error(done["no baseline"], 2, "no run found", "nowhere")
     assert_one_line_error(done["no bands"], 2, "holds no fleet bands")
+    assert_one_line_error(done["bands of one node"], 2, "stand on 1 node(s) at most", "judges nobody")
     assert_one_line_error(done["dry run alone"], 2, "--dry-run", "--drain-on-fail")
     # A health check runs outside any job: no SLURM_JOB_ID is asked for, only scontrol to act with.
     for flag in ("--drain-on-fail", "--resume-on-pass"):

@@ -19,15 +19,20 @@ from clusterbench.results.schema import PairRow
     (["node1.cluster.org", "node2.cluster.org"], "node1.cluster.org,node2.cluster.org"),  # brackets end a name
     (["login", "a-b-c", "x9y"], "a-b-c,login,x9y"),
     (["gpu3", "gpu3"], "gpu3"),
-    ([], ""),
 ])
 def test_host_lists_compress_as_slurm_reads_them(hosts: list[str], text: str) -> None:
     assert hostlist.compress(hosts) == text
     assert sorted(hostlist.expand(text)) == sorted(set(hosts))
 
 
+def test_no_hosts_compress_to_nothing_which_is_no_host_list() -> None:
+    assert hostlist.compress([]) == ""
+    with pytest.raises(ValueError, match="malformed host list '': it names no host"):
+        hostlist.expand("")
+
+
 def test_a_host_range_that_is_not_numbers_is_refused() -> None:
-    with pytest.raises(ValueError, match="host range"):
+    with pytest.raises(ValueError, match=r"malformed host list 'gpu\[a-c\]'"):
         hostlist.expand("gpu[a-c]")
 
 

@@ -40,8 +40,8 @@ def comm_run(pg: PgServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[su
 
 
 def shown(pg: PgServer, url: str) -> str:
-    """How the store names a URL in what it prints: without the password."""
-    return url.replace(f":{pg.password}@", "@")
+    """How the store names a URL in what it prints: its password masked."""
+    return url.replace(f":{pg.password}@", ":***@")
 
 
 def database_of(url: str) -> str:
@@ -186,7 +186,7 @@ def test_wrong_credentials_are_one_line_without_the_password(pg: PgServer, tmp_p
     bad = pg.url(password="not-the-password")
     for argv in (["store", "info"], ["store", "import", str(tmp_path)]):  # a reader and a writer
         proc = run_cli(*argv, "--store", bad)
-        err = assert_one_line_error(proc, 1, "password authentication failed", f"{pg.user}@127.0.0.1:{pg.port}")
+        err = assert_one_line_error(proc, 1, "password authentication failed", f"{pg.user}:***@127.0.0.1:{pg.port}")
         assert "not-the-password" not in err + proc.stdout and pg.password not in err + proc.stdout
     missing = run_cli("store", "info", "--store", pg.url("no_such_db"))
     assert_one_line_error(missing, 1, 'database "no_such_db" does not exist')
@@ -198,7 +198,7 @@ def test_a_run_outlives_a_store_that_refuses_it(pg: PgServer, tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     assert read_run(out)["status"] == "complete"
     (line,) = proc.stderr.strip().splitlines()  # one line, about the store
-    assert line.startswith(f"clusterbench: store postgresql://{pg.user}@127.0.0.1:{pg.port}/postgres: "), line
+    assert line.startswith(f"clusterbench: store postgresql://{pg.user}:***@127.0.0.1:{pg.port}/postgres: "), line
     assert "password authentication failed" in line and line.endswith("(the run's own results are kept)"), line
     assert "not-the-password" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
@@ -224,7 +224,7 @@ def test_a_newer_schema_is_refused_and_left_as_it_is(pg: PgServer, comm_run) -> 
     pg.sql("UPDATE clusterbench_meta SET value = %s WHERE key = 'schema_version'", (str(newer),), database)
     for argv in (["store", "info"], ["store", "import", str(folder)]):  # a reader, and a writer that would migrate
         proc = run_cli(*argv, "--store", url)
-        assert_one_line_error(proc, 1, f"version {newer}", f"({SCHEMA_VERSION})", "never downgraded")
+        assert_one_line_error(proc, 2, f"version {newer}", f"({SCHEMA_VERSION})", "never downgraded")
     assert pg.sql("SELECT value FROM clusterbench_meta WHERE key = 'schema_version'", database=database) \
         == [(str(newer),)]
     assert pg.sql("SELECT count(*) FROM runs", database=database) == [(1,)]
@@ -274,3 +274,59 @@ def test_a_version_1_store_is_migrated_with_its_runs(pg: PgServer) -> None:
     assert history.returncode == 0, history.stderr
     (row,) = [line for line in history.stdout.splitlines() if BUSBW in line]
     assert row.startswith(stamp) and row.split()[-1] == "PASS" and "7.25" in row, row
+
+
+def test_a_reader_never_builds_migrates_or_writes(pg: PgServer, tmp_path: Path) -> None:
+    """history and store info on a database that holds no store, or an older one, say so and leave it as it
+    was; every transaction a reader opens is read-only, so PostgreSQL itself refuses a write."""
+    from sqlalchemy import create_engine, text
+
+    from clusterbench.store import schema
+    from clusterbench.store.db import StoreError, open_store
+    from clusterbench.store.where import resolve
+
+    empty = pg.create_database()
+    for argv in (["history"], ["history", "--runs"], ["store", "info"],
+                 ["baseline", "--from-store", "-o", str(tmp_path / "b.json")]):
+        assert_one_line_error(run_cli(*argv, "--store", empty), 2, "nothing recorded there yet")
+    assert pg.sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", database=database_of(empty)) == [(0,)]
+    assert not (tmp_path / "b.json").exists()
+
+    older = pg.create_database()
+    engine = create_engine(resolve(older).url)
+    try:
+        with engine.begin() as conn:
+            schema.migrate(conn, target=1)
+    finally:
+        engine.dispose()
+    assert_one_line_error(run_cli("history", "--store", older), 2, "version 1, older", "store upgrade")
+    assert pg.sql("SELECT value FROM clusterbench_meta", database=database_of(older)) == [("1",)]
+    assert pg.sql("SELECT count(*) FROM pg_tables WHERE tablename = 'nodes'", database=database_of(older)) == [(0,)]
+
+    upgraded = run_cli("store", "upgrade", "--store", older)
+    assert upgraded.returncode == 0 and "schema version 2" in upgraded.stdout, upgraded.stderr
+    store = open_store(resolve(older), write=False)
+    try:
+        with store.reading() as conn:
+            assert conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
+        with pytest.raises(StoreError, match="read-only transaction"), store.reading() as conn:
+            conn.execute(text("DELETE FROM clusterbench_meta"))
+    finally:
+        store.close()
+    assert pg.sql("SELECT value FROM clusterbench_meta", database=database_of(older)) == [("2",)]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_figure_that_is_not_finite_is_damage_named_in_one_line(value: str, pg: PgServer, comm_run,
+                                                                 tmp_path: Path) -> None:
+    """PostgreSQL keeps NaN and infinities in a double column; no clusterbench records one, and every reader
+    that meets one says where, instead of averaging it into the fleet or writing a null into a baseline."""
+    _, folder, _ = comm_run
+    url = pg.create_database()
+    assert imported(run_cli("store", "import", str(folder), "--store", url)) == (1, 0, 0)
+    pg.sql(f"UPDATE figures SET value = '{value}'::float8 WHERE metric = %s", (BUSBW,), database_of(url))
+    host = read_run(folder)["env"]["hostname"]
+    for argv in (["history", "--metric", BUSBW], ["history", "--node", host, "--metric", BUSBW],
+                 ["baseline", "--from-store", "-o", str(tmp_path / "b.json")]):
+        assert_one_line_error(run_cli(*argv, "--store", url), 2, "damaged: figures.value holds")
+    assert not (tmp_path / "b.json").exists()

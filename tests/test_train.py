@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import GPT2, assert_one_line_error, read_run, run_cli
+from conftest import GPT2, assert_one_line_error, read_run, run_cli, run_side_by_side
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
@@ -235,7 +235,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.mark.parametrize("args, needle", [
+BAD_INPUT = [
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--model-config", "{missing}"], "no such file"),
     (["--model-config", "{bad_config}"], "not valid JSON"),
@@ -244,7 +244,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--seq-len", "2048"], "max_position_embeddings 1024"),
     (["--model-config", "{gpt2}", "--seq-len", "64"], "max_position_embeddings 32"),
     (["--save-reference", "/proc/clusterbench/ref.json"], "--save-reference"),
-    (["--save-reference", "{run_json}"], "would replace a file of the run"),
+    (["--save-reference", "{run_json}"], "one of the files of this run's folder"),
     (["--global-batch", "1"], "--global-batch 1 is smaller than the 2 ranks"),
     (["--global-batch", "7", "--micro-batch", "1"], "leaves some rank 3 rows"),
     (["--reference", "{missing}"], "--reference"),
@@ -253,11 +253,21 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     (["--model-config", "{heads}"], "not a multiple of the number of attention heads"),
     (["--model-config", "{negative}"], "field hidden_size must be at least 1, got -64"),
     (["--model-config", "{unknown}"], "unknown model_type 'warp-drive'"),
-])
-def test_bad_input_is_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
-    files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json", "run_json": tmp_path / "run" / "run.json"}
-    args = [a.format(**files) for a in args]
-    assert_one_line_error(train(tmp_path / "run", *args, "--peak-tflops", "1"), 2, needle)
+]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    """Side by side: each case pays torch's and transformers' import beside the others."""
+    files = {**_bad_files(tmp_path), "missing": tmp_path / "nope.json"}
+    cases = {}
+    for i, (args, _) in enumerate(BAD_INPUT):
+        out = tmp_path / f"run{i}"
+        given = [a.format(**files, run_json=out / "run.json") for a in args]
+        cases[str(i)] = ["train", *given, "--peak-tflops", "1", "--out", str(out)]
+    done = run_side_by_side(cases, timeout=180)
+    for i, (args, needle) in enumerate(BAD_INPUT):
+        assert done[str(i)] is not None, args
+        assert_one_line_error(done[str(i)], 2, needle)
 
 
 def test_any_causal_lm_config_trains_and_reports_tgs(tmp_path: Path) -> None:

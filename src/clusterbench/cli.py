@@ -24,6 +24,8 @@ from clusterbench.commands import (
     store,
 )
 from clusterbench.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError, one_line
+from clusterbench.results import outputs
+from clusterbench.secrets import masked
 
 COMMANDS: tuple[Command, ...] = (
     run.COMMAND,
@@ -77,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args.chosen, args)
     except UsageError as e:
-        print(f"clusterbench: error: {e}", file=sys.stderr)
+        print(masked(f"clusterbench: error: {e}"), file=sys.stderr)
         return e.exit_code
     except Interrupted as e:
-        print(f"clusterbench: {e}", file=sys.stderr)
+        print(masked(f"clusterbench: {e}"), file=sys.stderr)
         return e.exit_code
     except RunFailed as e:
-        print(f"clusterbench: FAILED: {e}", file=sys.stderr)
+        print(masked(f"clusterbench: FAILED: {e}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("clusterbench: interrupted", file=sys.stderr)
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # input no boundary caught is our bug, still said in one line
         if os.environ.get("CLUSTERBENCH_DEBUG"):
             raise
-        print(f"clusterbench: internal error: {one_line(e)} (a bug in clusterbench: please report it; "
+        print(masked(f"clusterbench: internal error: {one_line(e)}") + " (a bug in clusterbench: please report it; "
               "CLUSTERBENCH_DEBUG=1 shows where)", file=sys.stderr)
         return EXIT_BUG
 
@@ -104,7 +106,9 @@ def _run(command: Command, args: argparse.Namespace) -> int:
     if isinstance(command, RankCommand):
         launchers.detect()  # a seat that cannot exist is refused before torch takes seconds to load
         publish.outputs_of(args)  # and so is a store of an unknown kind, or a textfile nobody would read
+        outputs.check(args, uses_store=True)  # and an output over a file it did not make, or over an input
         from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
 
         return run_ranks(command, args)
+    outputs.check(args, uses_store=not isinstance(command, ToolCommand))
     return command.main(args)

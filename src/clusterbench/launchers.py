@@ -36,6 +36,9 @@ PORT_BASE, PORT_SPAN = 15000, 15000
 # bookkeeping (a key per rank) take longer than any timeout. A larger number is a damaged variable.
 MAX_WORLD_SIZE = 1 << 20
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")  # a step's own list first
+_TASKS_PER_NODE = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+_TASKS_RUN = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
 
 
 @dataclass(frozen=True)
@@ -90,14 +93,20 @@ def _derived_port(*parts: str | None) -> int | None:
     return PORT_BASE + sum(n * 7919**i for i, n in enumerate(numbers)) % PORT_SPAN
 
 
-def _first_slurm_host(env: Mapping[str, str]) -> str | None:
-    key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None)
+def _slurm_hosts(env: Mapping[str, str]) -> list[str] | None:
+    """srun's host list, expanded; None where it sets none. srun never writes a malformed list, nor one of
+    more hosts than Slurm takes: such a variable is damaged, and refused in one line naming it."""
+    key = next((k for k in _NODELISTS if k in env), None)
     if key is None:
         return None
     try:
-        hosts = hostlist.expand(env[key])
-    except ValueError:
-        raise UsageError(f"srun set {key}={clipped(env[key])!r}, which is not a Slurm host list") from None
+        return hostlist.expand(env[key])
+    except ValueError as e:
+        raise UsageError(f"srun set {key}: {e}") from None
+
+
+def _first_slurm_host(env: Mapping[str, str]) -> str | None:
+    hosts = _slurm_hosts(env)
     return hosts[0] if hosts else None
 
 
@@ -116,21 +125,47 @@ LAUNCHERS = (
 
 def _slurm_plan(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
     """srun's nodes with their task counts ("2(x3),1": two tasks on each of three nodes, then one), in rank
-    order; empty where the distribution is not by blocks (cyclic puts consecutive ranks on different nodes)."""
-    if not env.get("SLURM_DISTRIBUTION", "block").startswith("block"):
+    order; empty where the distribution is not by blocks (cyclic puts consecutive ranks on different nodes).
+    Both variables are read whatever the distribution: a damaged one is refused, not passed over."""
+    counts, hosts = _tasks_per_node(env), _slurm_hosts(env)
+    if not env.get("SLURM_DISTRIBUTION", "block").startswith("block") or counts is None or hosts is None:
         return ()
-    counts: list[int] = []
-    for part in (env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "").split(","):
-        match = re.fullmatch(r"([0-9]{1,7})(?:\(x([0-9]{1,7})\))?", part.strip())
-        if not match:
-            return ()
-        counts += [int(match[1])] * int(match[2] or 1)
-    key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None)
-    try:
-        hosts = hostlist.expand(env[key]) if key else []
-    except ValueError:  # _first_slurm_host says why, where the list matters
-        return ()
-    return tuple(zip(hosts, counts)) if len(hosts) == len(counts) else ()
+    per_node = [tasks for tasks, nodes in counts for _ in range(nodes)]
+    return tuple(zip(hosts, per_node)) if len(hosts) == len(per_node) else ()
+
+
+def _tasks_per_node(env: Mapping[str, str]) -> list[tuple[int, int]] | None:
+    """srun's tasks per node as (tasks, nodes) runs ("8(x2048),4": 8 on each of 2,048 nodes, then 4), counted
+    without unfolding them; None where it sets none. A string that is not one, or counts past any job, is
+    refused in one line naming the variable."""
+    key = next((k for k in _TASKS_PER_NODE if k in env), None)
+    if key is None:
+        return None
+    text = env[key]
+    runs = [_tasks_run(key, text, part) for part in text.split(",")]
+    nodes, tasks = sum(n for _, n in runs), sum(t * n for t, n in runs)
+    if nodes > hostlist.MAX_HOSTS:
+        raise UsageError(f"srun set {key}={clipped(text)!r}: {nodes} nodes, more than the {hostlist.MAX_HOSTS} "
+                         "a Slurm host list can name")
+    if tasks > MAX_WORLD_SIZE:
+        raise UsageError(f"srun set {key}={clipped(text)!r}: {tasks} tasks, more than the {MAX_WORLD_SIZE} ranks "
+                         "a job may have")
+    return runs
+
+
+def _tasks_run(key: str, text: str, part: str) -> tuple[int, int]:
+    match = _TASKS_RUN.fullmatch(part.strip())
+    if match is None:
+        raise UsageError(f"srun set {key}={clipped(text)!r}: {clipped(part)!r} is not a task count such as 8 "
+                         "or 8(x2) (eight on each of two nodes)")
+    tasks, nodes = match[1], match[2] or "1"
+    # Past 18 digits a count is past every bound here, and int() is not asked to read thousands of digits.
+    if len(tasks.lstrip("0")) > 18 or len(nodes.lstrip("0")) > 18:
+        raise UsageError(f"srun set {key}={clipped(text)!r}: {clipped(part)!r} counts more tasks or nodes than "
+                         "any job has")
+    if int(nodes) == 0:
+        raise UsageError(f"srun set {key}={clipped(text)!r}: {clipped(part)!r} repeats a count on no node")
+    return int(tasks), int(nodes)
 
 
 def _per_node_plan(size: int, local_size: int | None) -> tuple[tuple[str, int], ...]:

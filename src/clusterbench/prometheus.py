@@ -3,13 +3,20 @@ node_exporter's textfile collector (written whole or not at all), or a push to a
 
 Every figure is one series of `clusterbench_figure`, told apart by its labels (node, device, metric,
 hardware_class, command), so a new metric needs no new name and Grafana selects by label.
+
+A Pushgateway URL with credentials (https://USER:PASSWORD@HOST:PORT, checked by publish.pushgateway_url)
+is pushed to with HTTP basic auth: urllib would take USER:PASSWORD@HOST for a host name, and the URL
+prometheus_client is handed (and any error it raises) holds no password.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+from prometheus_client.exposition import basic_auth_handler, default_handler
 
 from clusterbench.store.record import RunRecord
 
@@ -40,4 +47,11 @@ def write_textfile(path: Path, registry: CollectorRegistry) -> None:
 
 
 def push(url: str, registry: CollectorRegistry, host: str) -> None:
-    push_to_gateway(url, job=JOB, registry=registry, grouping_key={"instance": host}, timeout=PUSH_TIMEOUT_S)
+    parts = urlsplit(url)
+    handler = default_handler
+    if "@" in parts.netloc:
+        handler = partial(basic_auth_handler, username=unquote(parts.username or ""),
+                          password=unquote(parts.password or ""))
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    push_to_gateway(parts.geturl(), job=JOB, registry=registry, grouping_key={"instance": host},
+                    timeout=PUSH_TIMEOUT_S, handler=handler)

@@ -5,6 +5,8 @@ verdict and exit code stay as they were."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,11 +14,16 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
+from clusterbench.args import clipped
 from clusterbench.errors import UsageError, one_line
+from clusterbench.secrets import masked
 from clusterbench.store import where as store_where
 from clusterbench.store.record import RunRecord, started_s
 
 TEXTFILE_SUFFIX = ".prom"  # the only files node_exporter's textfile collector reads
+# A host name as DNS has them (labels of letters, digits, hyphens; underscores, which container names use).
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,57 @@ def outputs_of(args: argparse.Namespace) -> Outputs:
         if textfile.is_dir():
             raise UsageError(f"--metrics-textfile {textfile}: is a folder")
     gateway = getattr(args, "pushgateway", None)
-    if gateway is not None:
-        parts = urlsplit(gateway if "://" in gateway else f"http://{gateway}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"--pushgateway {gateway}: give the gateway's http://HOST:PORT")
-        gateway = parts.geturl()
-    return Outputs(store, textfile, gateway)
+    return Outputs(store, textfile, None if gateway is None else pushgateway_url(gateway))
+
+
+def pushgateway_url(text: str) -> str:
+    """The Pushgateway URL as prometheus_client takes it (http:// where no scheme is written), or a one-line
+    UsageError, its password masked, unless it names a host (a name, an IPv4 address or a bracketed IPv6
+    one) and, where it names one, a port of 1 to 65535. Credentials (https://USER:PASSWORD@HOST:PORT) are
+    taken, and never shown."""
+    if not text.strip() or any(c.isspace() or not c.isprintable() for c in text):
+        raise UsageError("--pushgateway: the URL is empty or holds whitespace or a control character; give the "
+                         "gateway's http://HOST:PORT")
+    url = text if "://" in text else f"http://{text}"
+    shown = clipped(masked(url))  # masked before clipped: a clipped URL may have lost the @ that marks a password
+    if "://" not in text and "@" in text:
+        raise UsageError(f"--pushgateway {shown}: a URL with credentials needs its scheme: write "
+                         f"https://{clipped(masked(url).removeprefix('http://'))}")
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in ("http", "https"):
+        raise UsageError(f"--pushgateway {shown}: a Pushgateway speaks http:// or https://, not {clipped(scheme)}://")
+    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    _check_host(netloc.rpartition("@")[2], shown)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # a [ or ] in the user part, which urlsplit takes for a broken address
+        raise UsageError(f"--pushgateway {shown}: not a URL ({e})") from None
+    if parts.query or parts.fragment:
+        raise UsageError(f"--pushgateway {shown}: a Pushgateway URL takes no ?query or #fragment "
+                         "(prometheus_client adds /metrics/job/... to it)")
+    return parts.geturl()
+
+
+def _check_host(hostport: str, shown: str) -> None:
+    """HOST[:PORT] of a URL, refused in one line unless HOST is a host name or an IP address and PORT a port."""
+    if hostport.startswith("["):
+        literal, closed, port = hostport[1:].partition("]")
+        if port and not port.startswith(":"):
+            raise UsageError(f"--pushgateway {shown}: {clipped(port)!r} after the IPv6 address is no :PORT")
+        if not closed:
+            raise UsageError(f"--pushgateway {shown}: the [ of an IPv6 address is never closed; write one as "
+                             "http://[::1]:9091")
+        try:
+            ipaddress.IPv6Address(literal.partition("%")[0])  # a zone (%eth0) aside
+        except ValueError:
+            raise UsageError(f"--pushgateway {shown}: [{clipped(literal)}] is not an IPv6 address") from None
+    else:
+        host, _, port = hostport.partition(":")
+        port = f":{port}" if _ else ""
+        if not _HOST_NAME.fullmatch(host):
+            raise UsageError(f"--pushgateway {shown}: it names no host; give the gateway's http://HOST:PORT")
+    if port and not (re.fullmatch(r":[0-9]{1,5}", port) and 1 <= int(port[1:]) <= 65535):
+        raise UsageError(f"--pushgateway {shown}: the port {clipped(port[1:])!r} is not a number 1 to 65535")
 
 
 def publish(record: RunRecord, outputs: Outputs, say: TextIO | None = sys.stdout) -> bool:
@@ -76,7 +128,7 @@ def publish(record: RunRecord, outputs: Outputs, say: TextIO | None = sys.stdout
                        str(outputs.textfile))
     if outputs.pushgateway is not None:
         ok &= _attempt(lambda: prometheus.push(outputs.pushgateway, registry, record.host), "--pushgateway",
-                       outputs.pushgateway)
+                       masked(outputs.pushgateway))
     return ok
 
 

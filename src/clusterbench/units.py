@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 # The table's unit choices: label and the factor from Gbps (bits) to it.
 BANDWIDTH_UNITS = {"Gbps": ("Gbps", 1.0), "GBps": ("GB/s", 1 / 8)}
 BITS_PER_BYTE = 8
@@ -34,12 +36,13 @@ def bandwidth(gbps: float, unit: str) -> str:
     return f"{gbps * BANDWIDTH_UNITS[unit][1]:.3f}"
 
 
-def ranks_text(ranks: list[int]) -> str:
-    """0,1,2,5 -> "ranks 0-2, 5"."""
-    spans: list[str] = []
+def ranks_text(ranks: Collection[int]) -> str:
+    """0,1,2,5 -> "ranks 0-2, 5", in one pass over the numbers: a default group holds up to a million."""
+    spans: list[list[int]] = []
     for r in sorted(ranks):
-        if spans and spans[-1].split("-")[-1] == str(r - 1):
-            spans[-1] = f"{spans[-1].split('-')[0]}-{r}"
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
         else:
-            spans.append(str(r))
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(spans)
+            spans.append([r, r])
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(lo) if lo == hi else f"{lo}-{hi}"
+                                                                  for lo, hi in spans)

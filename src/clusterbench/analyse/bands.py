@@ -22,6 +22,8 @@ SPREADS = 4.0
 HALF = 0.5
 MAD_TO_SIGMA = 1.4826
 ROUNDS = 10  # iterations of the exclusion; it settles in two or three
+# A band of fewer nodes judges nobody: with two, the median is their mean and each is as far from it as the other.
+JUDGES_FROM = 3
 
 # Each metric a node measures of itself, what it is in words, and that more is better.
 METRICS = {
@@ -67,7 +69,7 @@ def learn_all(probes: dict[str, tuple[str, dict[str, float]]], tolerance: float)
 
 
 def outliers(probes: dict[str, tuple[str, dict[str, float]]], bands: list[Band], tolerance: float,
-             least: int = 3) -> dict[str, list[str]]:
+             least: int = JUDGES_FROM) -> dict[str, list[str]]:
     """node -> the metrics it falls out of; a band of fewer than `least` nodes judges nobody."""
     found: dict[str, list[str]] = {}
     index = {(b.klass, b.metric): b for b in bands}

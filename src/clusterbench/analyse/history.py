@@ -79,7 +79,16 @@ class Regression:
     detail: str
 
 
-def regressions(points: list[Point], rules: list[Rule], window: int = WINDOW) -> list[Regression]:
+@dataclass(frozen=True)
+class Judgement:
+    """What --regressions found, and how much it judged: nothing judged is no verdict, never "none found"."""
+
+    found: list[Regression]
+    ready: int  # the nodes' series with a recent median of their own and a class to compare with
+    judged: int  # of those, the series some rule is about
+
+
+def regressions(points: list[Point], rules: list[Rule], window: int = WINDOW) -> Judgement:
     """Each node whose latest figure misses a rule against its own recent median and against its class's."""
     series: dict[tuple[str, str, str], list[Point]] = {}
     for p in points:  # oldest first: the last of each series is the node's latest
@@ -88,6 +97,7 @@ def regressions(points: list[Point], rules: list[Rule], window: int = WINDOW) ->
     for (klass, metric, node), ps in series.items():
         latest.setdefault((klass, metric), {})[node] = ps[-1].value
     found = []
+    ready = judged = 0
     for (klass, metric, node), ps in sorted(series.items()):
         earlier = [p.value for p in ps[:-1]][-window:]
         peers = latest[(klass, metric)]
@@ -98,17 +108,20 @@ def regressions(points: list[Point], rules: list[Rule], window: int = WINDOW) ->
         fleet = statistics.median(v for n, v in peers.items() if n != node)
         if not own or not fleet:  # nothing to fall from
             continue
-        against_own = {r.rule: r for r in evaluate(rules, now, {metric: own}, strict=False)
-                       if r.verdict in ("WARN", "FAIL")}
-        for r in evaluate(rules, now, {metric: fleet}, strict=False):
+        ready += 1
+        # Only the rules about this metric judge it; the others say "not judged" here, which is no miss.
+        against_own = {r.rule: r for r in evaluate(rules, now, {metric: own}, strict=False) if r.checked is not None}
+        against_fleet = [r for r in evaluate(rules, now, {metric: fleet}, strict=False) if r.checked is not None]
+        judged += bool(against_fleet)
+        for r in against_fleet:
             mine = against_own.get(r.rule)
-            if r.verdict in ("WARN", "FAIL") and mine is not None:
+            if r.verdict in ("WARN", "FAIL") and mine is not None and mine.verdict in ("WARN", "FAIL"):
                 detail = (f"{ps[-1].value:.4g}: {mine.checked:+.1%} against its own recent median {own:.4g}, "
                           f"{r.checked:+.1%} against its class's {fleet:.4g} (rule {r.rule}: change "
                           f"{r.criteria.strip()})")
                 found.append(Regression(node, klass, metric, r.rule, r.verdict, ps[-1].value, ps[-1].started_utc,
                                         own, fleet, detail))
-    return found
+    return Judgement(found, ready, judged)
 
 
 def band_metrics() -> list[str]:
@@ -116,10 +129,12 @@ def band_metrics() -> list[str]:
     return [NODE_PREFIX + m for m in bands.METRICS]
 
 
-def baseline(stats: list[Stats], values: list[tuple[str, str, float]], klass: str, source: str) -> Baseline:
+def baseline(stats: list[Stats], values: list[tuple[str, str, float]], klass: str,
+             source: str) -> tuple[Baseline, list[Band]]:
     """A baseline of one hardware class from its healthy past (store.history's healthy_* rows): each
     metric's mean, min and max, and each node figure's band (the median of the nodes' medians, and a
-    robust spread of every healthy figure around it)."""
+    robust spread of every healthy figure around it). A band of fewer nodes than a band judges from
+    (bands.JUDGES_FROM) would judge nobody: it is left out, and returned beside the baseline to be said."""
     totals: dict[str, list[float]] = {}
     for s in stats:
         count, total, low, high = totals.setdefault(s.metric, [0, 0.0, math.inf, -math.inf])
@@ -134,5 +149,7 @@ def baseline(stats: list[Stats], values: list[tuple[str, str, float]], klass: st
         median = statistics.median(statistics.median(v) for v in by_node.values())
         spread = bands.MAD_TO_SIGMA * statistics.median(abs(x - median) for v in by_node.values() for x in v)
         learned.append(Band(klass, metric, median, spread, len(by_node), source))
-    return Baseline(time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), sorted({s.uid for s in stats}), metrics,
-                    klass=klass, bands=learned, source=source)
+    kept = [b for b in learned if b.nodes >= bands.JUDGES_FROM]
+    doc = Baseline(time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), sorted({s.uid for s in stats}), metrics,
+                   klass=klass, bands=kept, source=source)
+    return doc, [b for b in learned if b.nodes < bands.JUDGES_FROM]

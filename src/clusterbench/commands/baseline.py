@@ -7,12 +7,14 @@ import argparse
 import time
 
 from clusterbench import args as argtypes
-from clusterbench.analyse import baseline
+from clusterbench.analyse import bands, baseline
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.publish import add_store_argument
 from clusterbench.registry import metrics_of
+from clusterbench.results import codec
 from clusterbench.results.documents import Baseline
+from clusterbench.results.fleet import Band
 from clusterbench.results.folder import check_output, load_run
 from clusterbench.store import where as store_where
 
@@ -37,8 +39,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--since, --class and --store choose what --from-store reads: add --from-store")
     output = check_output(args.output, "-o", args.overwrite)  # before reading: a refusal costs nothing
     if args.from_store:
-        doc = _from_store(args)
-        what = f"{len(doc.runs)} healthy runs of {doc.klass}, {len(doc.bands)} node bands"
+        doc, thin = _from_store(args)
+        what = f"{len(doc.runs)} healthy runs of {doc.klass}, {len(doc.bands)} node bands" + _left_out(thin)
     else:
         doc = baseline.build([(str(run), metrics_of(load_run(run)).values) for run in args.runs])
         what = f"{len(args.runs)} runs"
@@ -47,17 +49,17 @@ def main(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _from_store(args: argparse.Namespace) -> Baseline:
+def _from_store(args: argparse.Namespace) -> tuple[Baseline, list[Band]]:
     from clusterbench.analyse import history as analysis
     from clusterbench.store import history
-    from clusterbench.store.db import open_store  # SQLAlchemy: only where the store is read
-
     where = store_where.resolve(args.store)
     if where is None:
         raise UsageError("--store off: there is no store to read")
+    from clusterbench.store.db import open_store  # SQLAlchemy: only where a sound store is read
+
     since = args.since or argtypes.age("30d")
     since_s = time.time() - since
-    store = open_store(where, create=False)
+    store = open_store(where, write=False)
     try:
         with store.reading() as conn:
             klass = _class(args.klass, history.classes(conn))
@@ -66,10 +68,22 @@ def _from_store(args: argparse.Namespace) -> Baseline:
     finally:
         store.close()
     source = f"store {where.shown}, {since / 86400:g} days to {time.strftime('%Y-%m-%d', time.gmtime())}"
-    doc = analysis.baseline(stats, values, klass, source)
+    doc, thin = analysis.baseline(stats, values, klass, source)
     if not doc.runs:
         raise UsageError(f"store {where.shown}: no healthy run of {klass} in the last {since / 86400:g} days")
-    return doc
+    try:  # what clusterbench writes, clusterbench reads back: never a null where a figure belongs
+        codec.load(Baseline, codec.dump(doc))
+    except codec.SchemaError as e:
+        raise UsageError(f"store {where.shown}: its figures of {klass} make no baseline ({e})") from None
+    return doc, thin
+
+
+def _left_out(thin: list[Band]) -> str:
+    """The bands left out, in words: too few nodes to judge anyone by."""
+    if not thin:
+        return ""
+    named = ", ".join(f"{b.metric} ({b.nodes} node{'s' * (b.nodes != 1)})" for b in thin)
+    return f" (left out: {named}; a band judges from {bands.JUDGES_FROM} nodes)"
 
 
 def _class(asked: str | None, classes: list[str]) -> str:

@@ -5,7 +5,10 @@ this node with the reason, --resume-on-pass resumes it where a check had drained
 
 The checks run in a child process that this one watches: at the deadline the child is killed,
 whatever it is stuck in (a hung GPU can hold a thread, and Python's signal handlers, as long as it
-likes), and the failure is said all the same. It keeps no run folder (a check every few minutes
+likes), and the failure is said all the same. Only proof drains a node: a check that failed, a device
+check that outran a budget that left it time, or a set-up the node starved of CPU. A budget the set-up
+outran at full speed, a set-up that failed, or a baseline that judges nobody is said (exit 2) and the
+node left as it is. It keeps no run folder (a check every few minutes
 must not litter); like any run, it is recorded in the results store and exported where asked.
 """
 
@@ -28,9 +31,10 @@ from typing import Any
 
 from clusterbench import args as argtypes
 from clusterbench import publish
+from clusterbench.analyse.bands import JUDGES_FROM
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.command import ToolCommand
-from clusterbench.errors import EXIT_FAILED, EXIT_OK, RunFailed, UsageError, one_line
+from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 from clusterbench.fleet import actions
 from clusterbench.results.documents import utc_stamp
 from clusterbench.results.fleet import Band
@@ -40,8 +44,16 @@ from clusterbench.store.record import Figure, RunRecord
 # the time to say why and to drain its node.
 BUDGET_S = 50.0
 MAX_BUDGET_S = 3600.0  # beyond an hour it is no quick check, and a typo more likely than a plan
+# A set-up (the interpreter, torch) that ran at under this share of one CPU was starved by its node (a cgroup
+# quota, a host's other load): a budget it outran is the node's fault. At a full CPU, it is the budget's; a
+# 2-core runner busy with two test workers and their ranks still gives it a third.
+STARVED_SHARE = 0.15
+# A device check that began with this much of the budget left had the time it sizes itself to: past the
+# deadline it hung. Begun with less, the budget was too small for it.
+FAIR_LEFT_S = 5.0
 SCONTROL_TIMEOUT_S = 10.0  # scontrol's own MessageTimeout: a slurmctld that slow will not answer a retry either
 DEBUG_ENV = "CLUSTERBENCH_DEBUG"
+SETUP = "loading torch"
 
 
 @dataclass(frozen=True)
@@ -63,13 +75,15 @@ class CheckOptions:
 class Outcome:
     """What the checks told the watcher, as they went."""
 
-    running: str = "loading torch"
+    running: str = SETUP
+    since: float = 0.0  # when what is running began (time.monotonic())
     what: str = ""
     klass: str = ""
     figures: dict[tuple[str, str], float] = field(default_factory=dict)  # (device, metric): the last value
     checks: int = 0
     done: bool = False
     reason: str | None = None  # None: healthy
+    proof: bool = False  # the reason is the node's: it may be drained for it
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -119,6 +133,10 @@ def prepare(args: argparse.Namespace) -> CheckOptions:
     node = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     # Every band, of any class: which class this node is, the checks find out.
     bands = bands_of(args.baseline, "--baseline") if args.baseline else None
+    if bands is not None and all(b.nodes < JUDGES_FROM for b in bands):
+        raise UsageError(f"--baseline {args.baseline}: its bands stand on {max(b.nodes for b in bands)} node(s) at "
+                         f"most, and a band of fewer than {JUDGES_FROM} judges nobody (a fleet run of {JUDGES_FROM} "
+                         "nodes of a class or more makes one)")
     return CheckOptions(args.budget, args.gpus, bands, args.tolerance, args.numerics_steps, node, args.drain,
                         args.resume, args.dry_run, args.verbose, publish.outputs_of(args))
 
@@ -137,13 +155,14 @@ def watch(options: CheckOptions, deadline: float) -> Outcome:
         finally:
             os._exit(0)  # never back into the command line: the watcher speaks for both
     os.close(write_end)
+    forked = outcome.since = time.monotonic()
     pending = b""
+    late = False
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([read_end], [], [], left)[0]:
-                outcome.reason = (f"did not finish within --budget {options.budget:g} s ({outcome.running} was "
-                                  "still running)")
+                late = True
                 break
             chunk = os.read(read_end, 1 << 16)
             if not chunk:
@@ -156,10 +175,26 @@ def watch(options: CheckOptions, deadline: float) -> Outcome:
         # exiting already, and a signal to it changes nothing.
         os.kill(pid, signal.SIGKILL)
         os.close(read_end)
-        _, status = os.waitpid(pid, 0)
-    if outcome.reason is None and not outcome.done:
+        _, status, usage = os.wait4(pid, 0)
+    if late:
+        _late(outcome, options.budget, deadline, (usage.ru_utime + usage.ru_stime) / (time.monotonic() - forked))
+    elif outcome.reason is None and not outcome.done:
         outcome.reason = f"the checks ended without a verdict while {outcome.running} ran ({_how(status)})"
+        outcome.proof = outcome.running != SETUP  # a device check that brought its process down
     return outcome
+
+
+def _late(outcome: Outcome, budget: float, deadline: float, cpu_share: float) -> None:
+    """The checks outran the budget: the node's fault, or the budget's."""
+    outcome.reason = f"did not finish within --budget {budget:g} s ({outcome.running} was still running"
+    if outcome.running == SETUP:
+        outcome.proof = cpu_share < STARVED_SHARE
+        outcome.reason += (f", given {cpu_share:.0%} of a CPU: this node starves its processes)" if outcome.proof
+                           else f" at {cpu_share:.0%} of a CPU: the budget is too small for this node's set-up)")
+    else:
+        left = deadline - outcome.since
+        outcome.proof = left >= FAIR_LEFT_S
+        outcome.reason += ")" if outcome.proof else f", begun with {max(left, 0):.1f} s left: the budget is too small)"
 
 
 def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
@@ -174,13 +209,20 @@ def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
     try:
-        from clusterbench.fleet import health  # torch: loaded here, so the budget covers it
-
+        try:
+            from clusterbench.fleet import health  # torch: loaded here, so the budget covers it
+        except Exception as e:  # noqa: BLE001 - a broken install is no fault of the node's
+            if debug:
+                traceback.print_exc()
+            tell("unjudged", f"the checks could not start: {one_line(e)}")
+            return
         try:
             tell("passed", health.run(options.gpus, options.bands, options.tolerance, options.numerics_steps,
                                       deadline, tell))
         except health.Unhealthy as e:
             tell("failed", str(e))
+        except health.NotJudged as e:
+            tell("unjudged", str(e))
     except Exception as e:  # noqa: BLE001 - a device that errors out fails its check: the error is the reason
         if debug:
             traceback.print_exc()
@@ -189,7 +231,7 @@ def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
 
 def _take(outcome: Outcome, kind: str, value: Any, verbose: bool) -> None:
     if kind == "check":
-        outcome.running = f"the {value} check"
+        outcome.running, outcome.since = f"the {value} check", time.monotonic()
     elif kind == "node":
         outcome.what, outcome.klass = value
         if verbose:
@@ -202,6 +244,8 @@ def _take(outcome: Outcome, kind: str, value: Any, verbose: bool) -> None:
     elif kind == "passed":
         outcome.done, outcome.checks = True, value
     elif kind == "failed":
+        outcome.done, outcome.reason, outcome.proof = True, value, True
+    elif kind == "unjudged":
         outcome.done, outcome.reason = True, value
 
 
@@ -222,6 +266,9 @@ def conclude(options: CheckOptions, outcome: Outcome, seconds: float) -> int:
         print(line, flush=True)
         return EXIT_OK
     line = f"clusterbench check: {options.node}: {outcome.reason}"
+    if not outcome.proof:
+        print(f"{line}; not judged{', not drained' if options.drain else ''}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     if options.drain:
         try:
             line += _drain(options, outcome.reason)
@@ -260,12 +307,14 @@ def _resume(options: CheckOptions) -> str:
 
 def record_of(options: CheckOptions, outcome: Outcome, started_utc: str) -> RunRecord:
     """The check as the results store keeps it: each device's figures under this node, and its verdict."""
-    verdict = "PASS" if outcome.reason is None else "FAIL"
+    judged = outcome.reason is None or outcome.proof  # a check that judged nothing leaves no verdict
+    verdict = ("PASS" if outcome.reason is None else "FAIL") if judged else None
     klass = outcome.klass or "?"
     figures = [Figure(options.node, device, f"check.{metric}", value, klass)
                for (device, metric), value in sorted(outcome.figures.items())]
-    return RunRecord(uuid.uuid4().hex, "check", started_utc, utc_stamp(), "complete" if outcome.done else "failed",
-                     verdict, socket.gethostname(), None, figures, {options.node: verdict}, outcome.reason,
+    return RunRecord(uuid.uuid4().hex, "check", started_utc, utc_stamp(), "complete" if judged else "failed",
+                     verdict, socket.gethostname(), None, figures, {options.node: verdict} if judged else {},
+                     outcome.reason,
                      {options.node: klass} if outcome.klass else {})
 
 

@@ -5,7 +5,8 @@ TARGET is a run folder (its run.json's `nccl` section, else its nccl/ logs; its 
 its ranks hung), an NCCL log file, a folder of them, or a folder of Flight Recorder dumps. Prints
 NCCL's picture of the run and the NCCL checks of the default rules, judged with the run's hardware
 picture where there is one, and the ranks that held the others up. Exit 1 when a check FAILs or a
-dump names a rank that never entered the collective the others wait in.
+dump names a rank that never entered the collective the others wait in; exit 2, "nothing to judge",
+for dumps that record no collective or are of different jobs (flight/diagnosis.py).
 
 Logs are streamed, so any size reads in flat memory. Of a folder only the regular files named
 *.log are read; other entries so named (folders, FIFOs, broken links) are left out with a note. A

@@ -1,5 +1,6 @@
 """`clusterbench store import RUN_DIR...` records run folders made before (or away from) the store;
-`clusterbench store info` says where the store is and what it holds."""
+`clusterbench store info` says where the store is and what it holds (reading it read-only);
+`clusterbench store upgrade` brings an older store up to this version's schema, which no reader does."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from clusterbench.store import where as store_where
 
 if TYPE_CHECKING:  # SQLAlchemy: loaded only when the store is opened
     from clusterbench.store.db import Store
+    from clusterbench.store.record import RunRecord
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     info = sub.add_parser("info", help="where the store is, its schema version and what it holds",
                           description="where the store is, its schema version and what it holds")
     add_store_argument(info, "describe")
+    upgrade = sub.add_parser("upgrade", help="bring the store up to this clusterbench's schema",
+                             description="bring the store up to this clusterbench's schema (reading never does)")
+    add_store_argument(upgrade, "upgrade")
 
 
 def _where(args: argparse.Namespace) -> store_where.Where:
@@ -36,14 +41,20 @@ def _where(args: argparse.Namespace) -> store_where.Where:
 
 
 def main(args: argparse.Namespace) -> int:
-    from clusterbench.store.db import open_store  # SQLAlchemy: only in the commands that use the store
-
     where = _where(args)
-    store = open_store(where, create=args.action == "import")
+    if args.action == "upgrade":
+        return _upgrade(where)
+    from clusterbench.store.db import open_store  # SQLAlchemy: only once the store named is sound
+
+    store = open_store(where, write=args.action == "import")
     try:
         return _import(store, args.runs) if args.action == "import" else _info(store)
     finally:
         store.close()
+
+
+# Runs recorded in one transaction: a commit (and its sync to disk) per run is what made thousands slow.
+BATCH = 200
 
 
 def _import(store: Store, runs: list[Path]) -> int:
@@ -52,28 +63,68 @@ def _import(store: Store, runs: list[Path]) -> int:
 
     recorded = present = 0
     skipped: list[str] = []
+    batch: list[RunRecord] = []
+    progress = _Progress(len(runs))
     for i, path in enumerate(runs, 1):
         folder = path.parent if path.name == "run.json" else path
         try:
             run = load_run(folder)
         except UsageError as e:
             skipped.append(f"{folder}: {one_line(e)}")
-            continue
-        if run.status == "running":  # its end is not known yet; import it once it has one
-            skipped.append(f"{folder}: still running (or cut off without an ending); not recorded")
-            continue
-        if store.record(record_of(run, str(folder.absolute()))):
-            recorded += 1
         else:
-            present += 1
-        if sys.stdout.isatty():
-            print(f"\r# {i}/{len(runs)}", end="", flush=True)
-    if sys.stdout.isatty():
-        print()
+            if run.status == "running":  # its end is not known yet; import it once it has one
+                skipped.append(f"{folder}: still running (or cut off without an ending); not recorded")
+            else:
+                batch.append(record_of(run, str(folder.absolute())))
+        progress.folder(i)
+        if len(batch) == BATCH or i == len(runs):
+            new = store.record_many(batch) if batch else []
+            recorded += sum(new)
+            present += len(new) - sum(new)
+            batch = []
+            progress.batch(i, recorded, present, len(skipped))
+    progress.end()
     for line in skipped:
         print(f"# skipped {line}", file=sys.stderr)
     print(f"# store {store.where.shown}: {recorded} recorded, {present} already there, {len(skipped)} skipped")
     return EXIT_FAILED if skipped else EXIT_OK
+
+
+class _Progress:
+    """How far an import is: a counter rewritten in place on a terminal; elsewhere (a log, a pipe) a line per
+    batch, and none for an import of one batch, whose summary line says it all."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.tty = total, sys.stdout.isatty()
+
+    def folder(self, done: int) -> None:
+        if self.tty:
+            print(f"\r# {done}/{self.total}", end="", flush=True)
+
+    def batch(self, done: int, recorded: int, present: int, skipped: int) -> None:
+        if not self.tty and self.total > BATCH:
+            print(f"# {done}/{self.total} read: {recorded} recorded, {present} already there, {skipped} skipped",
+                  flush=True)
+
+    def end(self) -> None:
+        if self.tty:
+            print()
+
+
+def _upgrade(where: store_where.Where) -> int:
+    from clusterbench.store import schema
+    from clusterbench.store.db import open_store
+
+    if where.path is not None and not where.path.exists():
+        raise UsageError(f"store {where.shown}: no such file to upgrade")
+    store = open_store(where)  # a writer: brings the schema up to this version
+    try:
+        with store.reading() as conn:
+            version = schema.version(conn)
+    finally:
+        store.close()
+    print(f"# store {where.shown}: schema version {version}")
+    return EXIT_OK
 
 
 def _info(store: Store) -> int:

@@ -15,7 +15,6 @@ from pathlib import Path
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results.documents import write_text
 from clusterbench.results.fleet import Exclusion
-from clusterbench.results.folder import check_output, result_files
 
 REASON_LIMIT = 200  # Slurm keeps a drain reason in a node's record: keep it to one readable line
 CHECK_REASON = "clusterbench check:"  # how a health check's drain reasons begin: the drains it may undo
@@ -36,12 +35,6 @@ def check_drain(dry_run: bool) -> None:
         raise UsageError("--drain: this job is not running under Slurm (no SLURM_JOB_ID), and draining a node is "
                          "Slurm's; run it in an srun/sbatch job, or add --dry-run to print the commands")
     check_scontrol("--drain")
-
-
-def check_exclude_out(path: Path) -> Path:
-    """An earlier exclude list may be replaced; a run's own file or a folder may not."""
-    theirs = path.name == "run.json" or ((path.parent / "run.json").exists() and path in result_files(path.parent))
-    return check_output(path, "--exclude-out", overwrite=not theirs)
 
 
 def write_exclude_list(path: Path, excluded: list[Exclusion]) -> Path:

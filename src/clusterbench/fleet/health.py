@@ -40,6 +40,10 @@ class Unhealthy(Exception):
     """A check failed; the message is its reason, one line."""
 
 
+class NotJudged(Exception):
+    """The checks cannot judge this node as asked (no fault of its own); the message says why, one line."""
+
+
 @dataclass(frozen=True)
 class Device:
     device: torch.device
@@ -123,6 +127,9 @@ def bands_of(node: Node, baseline: list[Band]) -> list[Band]:
     if not mine:
         theirs = ", ".join(sorted({b.klass for b in baseline}))
         raise Unhealthy(f"this node is {node.klass}, and the baseline's bands are of {theirs}")
+    if all(b.nodes < bands.JUDGES_FROM for b in mine):
+        raise NotJudged(f"the baseline's bands of {node.klass} stand on {max(b.nodes for b in mine)} node(s), and "
+                        f"a band of fewer than {bands.JUDGES_FROM} judges nobody")
     return mine
 
 

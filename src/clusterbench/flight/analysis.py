@@ -21,11 +21,15 @@ broadcast's root aside). So, per process group:
 Members come from the dump's pg_config where the backend records them (NCCL does; Gloo only for
 the default group); else the default group is every rank up to the highest that dumped, and another
 group is the ranks that recorded it (a member that recorded nothing of it cannot be named).
+
+Every rule reads a group's own entries, indexed once, so the work grows with the entries and the
+members, not with their product: a folder of many groups is judged as fast as one of a few.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterbench.flight.dumps import Dump, Entry
@@ -75,18 +79,45 @@ def group_name(e: Entry) -> str:
     return f"process group {e.pg}" + (f" ({e.pg_desc})" if e.pg_desc else "")
 
 
-def _who(ranks: list[int] | set[int], hosts: dict[int, str | None]) -> str:
-    known = sorted({hosts[r] for r in ranks if hosts.get(r)})
+def _who(ranks: Sequence[int] | set[int], hosts: dict[int, str | None]) -> str:
+    named = set(ranks) & hosts.keys()
+    known = sorted({hosts[r] for r in named if hosts[r]})
     return ranks_text(ranks) + (f" (on {', '.join(known)})" if known else "")
 
 
-def _members(pg: str, first: Entry, dumps: dict[int, Dump]) -> list[int]:
-    for d in dumps.values():
-        if pg in d.groups:
-            return sorted(d.groups[pg])
+@dataclass(frozen=True)
+class _Index:
+    """The dumps with each group's entries by rank, and each rank's first two pending ops of different
+    groups: what every rule asks for, found once."""
+
+    dumps: dict[int, Dump]
+    hosts: dict[int, str | None]
+    groups: dict[str, dict[int, list[Entry]]]  # group -> rank -> its entries of the group, oldest first
+    listed: dict[str, tuple[int, ...]]  # group -> its ranks, from the first pg_config that lists them
+    pending: dict[int, list[Entry]]  # rank -> its first pending op, and the first of another group after it
+
+
+def _index(dumps: list[Dump]) -> _Index:
+    groups: dict[str, dict[int, list[Entry]]] = {}
+    listed: dict[str, tuple[int, ...]] = {}
+    pending: dict[int, list[Entry]] = {}
+    for d in dumps:
+        for name, ranks in d.groups.items():
+            listed.setdefault(name, ranks)
+        waits = pending.setdefault(d.rank, [])
+        for e in d.entries:
+            groups.setdefault(e.pg, {}).setdefault(d.rank, []).append(e)
+            if not e.done and len(waits) < 2 and (not waits or waits[0].pg != e.pg):
+                waits.append(e)
+    return _Index({d.rank: d for d in dumps}, {d.rank: d.host for d in dumps}, groups, listed, pending)
+
+
+def _members(pg: str, first: Entry, index: _Index) -> Sequence[int]:
+    if pg in index.listed:
+        return sorted(index.listed[pg])
     if first.pg_desc == "default_pg" or pg == "0":
-        return list(range(max(dumps) + 1))
-    return sorted(r for r, d in dumps.items() if any(e.pg == pg for e in d.entries))
+        return range(max(index.dumps) + 1)
+    return sorted(index.groups[pg])
 
 
 def _signature(entries: list[Entry]) -> tuple:
@@ -94,9 +125,9 @@ def _signature(entries: list[Entry]) -> tuple:
                  (e.op, e.input_sizes, e.input_dtypes, e.output_sizes, e.output_dtypes) for e in entries)
 
 
-def _pending_elsewhere(d: Dump, pg: str) -> str:
+def _pending_elsewhere(index: _Index, rank: int, pg: str) -> str:
     """What a rank that never entered waits in instead, in another group, if anything."""
-    other = [e for e in d.entries if e.pg != pg and not e.done]
+    other = [e for e in index.pending.get(rank, []) if e.pg != pg]
     if not other:
         return ""
     e = other[0]
@@ -125,12 +156,13 @@ def _mismatch(pg: str, seqs: dict[int, dict[int, list[Entry]]], hosts: dict[int,
                    + "; ".join(f"{_who(ranks, hosts)} called {calls[sig]}" for sig, ranks in ordered) + later)
 
 
-def _collectives(pg: str, members: list[int], dumps: dict[int, Dump], hosts: dict[int, str | None]) -> list[Finding]:
+def _collectives(pg: str, members: Sequence[int], index: _Index) -> list[Finding]:
+    dumps, hosts, recorded = index.dumps, index.hosts, index.groups[pg]
     seqs: dict[int, dict[int, list[Entry]]] = {}  # seq -> rank -> its entries at seq (several when coalesced)
-    mine: dict[int, list[Entry]] = {}
-    for r in members:
-        mine[r] = [e for e in dumps[r].entries if e.pg == pg and not e.is_p2p] if r in dumps else []
-        for e in mine[r]:
+    belongs = members if isinstance(members, range) else set(members)
+    mine = {r: [e for e in entries if not e.is_p2p] for r, entries in recorded.items() if r in belongs}
+    for r, entries in mine.items():
+        for e in entries:
             seqs.setdefault(e.seq, {}).setdefault(r, []).append(e)
     # A collective that completed on one member was entered by all: where another's entry of it still
     # reads pending, its record lagged (Gloo retires an op when its work object is next looked at), and
@@ -178,7 +210,7 @@ def _collectives(pg: str, members: list[int], dumps: dict[int, Dump], hosts: dic
             before = f"its last in this group: #{last[r]}" if r in last else "no entry of this group in its dump"
             found.append(Finding("culprit", f"{_who([r], hosts)} never entered {what}, input "
                                  f"{_tensors(sample.input_sizes, sample.input_dtypes)}; {tail} "
-                                 f"({before}{_pending_elsewhere(dumps[r], pg)})"))
+                                 f"({before}{_pending_elsewhere(index, r, pg)})"))
         silent = [r for r in never if r not in dumps]
         if silent:
             found.append(Finding("culprit", f"{_who(silent, hosts)} left no dump, so whether it entered {what} is "
@@ -192,17 +224,18 @@ def _collectives(pg: str, members: list[int], dumps: dict[int, Dump], hosts: dic
     return found
 
 
-def _p2p(pg: str, members: list[int], dumps: dict[int, Dump], hosts: dict[int, str | None]) -> list[Finding]:
+def _p2p(pg: str, members: Sequence[int], index: _Index) -> list[Finding]:
     """Pending sends and recvs per (source, destination), in global ranks where the members are known."""
     def glob(local: int) -> int:
         return members[local] if 0 <= local < len(members) else local
 
+    dumps, hosts = index.dumps, index.hosts
     sends: Counter[tuple[int, int]] = Counter()
     recvs: Counter[tuple[int, int]] = Counter()
     first: dict[tuple[str, int, int], Entry] = {}
-    for r, d in dumps.items():
-        for e in d.entries:
-            if e.pg != pg or not e.is_p2p or e.done or e.op not in ("send", "recv"):
+    for r, entries in index.groups[pg].items():
+        for e in entries:
+            if not e.is_p2p or e.done or e.op not in ("send", "recv"):
                 continue
             sep = "->" if e.op == "send" else "<-"
             a, _, b = e.peers.partition(sep)
@@ -228,14 +261,10 @@ def _p2p(pg: str, members: list[int], dumps: dict[int, Dump], hosts: dict[int, s
 
 def analyse(dumps: list[Dump]) -> list[Finding]:
     """Every process group's findings, groups in the order of their names."""
-    by_rank = {d.rank: d for d in dumps}
-    hosts = {d.rank: d.host for d in dumps}
-    firsts: dict[str, Entry] = {}
-    for d in dumps:
-        for e in d.entries:
-            firsts.setdefault(e.pg, e)
+    index = _index(dumps)
     found: list[Finding] = []
-    for pg in sorted(firsts, key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name)):
-        members = _members(pg, firsts[pg], by_rank)
-        found += _collectives(pg, members, by_rank, hosts) + _p2p(pg, members, by_rank, hosts)
+    for pg in sorted(index.groups, key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name)):
+        first = next(iter(index.groups[pg].values()))[0]
+        members = _members(pg, first, index)
+        found += _collectives(pg, members, index) + _p2p(pg, members, index)
     return found

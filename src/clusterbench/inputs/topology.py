@@ -21,7 +21,7 @@ from clusterbench import hostlist
 from clusterbench.errors import UsageError
 from clusterbench.inputs import files
 
-MAX_NODES = 1 << 20  # more nodes than any cluster: a typo in a host range, not a topology
+MAX_NODES = hostlist.MAX_HOSTS  # as many as Slurm's host lists read: more is a typo in a host range, not a cluster
 _SLURM_KEY = re.compile(r"(\w+)=(\S+)")
 _COMMENT = re.compile(r"(^|\s)#.*")  # a `#` inside a name (a test's host#1) starts none
 

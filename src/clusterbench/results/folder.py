@@ -28,6 +28,7 @@ from clusterbench.errors import RunFailed, UsageError, one_line
 from clusterbench.results import codec, documents, table_csv
 from clusterbench.results.schema import Env, Run
 from clusterbench.results.telemetry import TABLE as TELEMETRY
+from clusterbench.secrets import masked_argv
 
 TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <name>.csv
 # Tables too long for run.json, kept in <name>.csv alone: the pairs (a fleet of thousands of nodes measures
@@ -105,7 +106,7 @@ class RunFolder:
     def __init__(self, path: Path, command: str, argv: list[str]) -> None:
         self.path = Path(path)  # claim() proved it writable before any rank started
         self.path.mkdir(parents=True, exist_ok=True)
-        self.run = Run(command=command, argv=list(argv), uid=uuid.uuid4().hex, started_utc=documents.utc_stamp(),
+        self.run = Run(command=command, argv=masked_argv(argv), uid=uuid.uuid4().hex, started_utc=documents.utc_stamp(),
                        env=Env(hostname=socket.gethostname()))
         self._saved_at = 0.0
         self.save_s = 0.0

@@ -84,8 +84,6 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
         raise UsageError("--dry-run prints the --drain commands: add --drain")
     if opts.drain:
         actions.check_drain(opts.dry_run)
-    if opts.exclude_out is not None:
-        actions.check_exclude_out(opts.exclude_out)
     if opts.pairs == "all" and opts.partners is not None:
         raise UsageError("--partners sets how many partners sampled pairs give each node: drop it, or use "
                          "--pairs sampled")

@@ -26,6 +26,8 @@ from sqlalchemy import (
     text,
 )
 
+from clusterbench.store.values import Damaged, held
+
 SCHEMA_VERSION = 2
 
 metadata = MetaData()
@@ -96,12 +98,29 @@ def _v2(conn: Connection) -> None:
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2}
 
 
+# A version past this is no version any clusterbench wrote: a damaged row, not a newer store.
+_VERSION_MAX = 9999
+
+
 def version(conn: Connection) -> int:
-    """The store's schema version; 0 for an empty database."""
+    """The store's schema version; 0 for a database that holds no store. A version row that is not a whole
+    number from 1 is damage (values.Damaged), never taken for 0: that would build the store over it."""
     if not conn.dialect.has_table(conn, meta.name):
         return 0
     row = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).first()
-    return int(row[0]) if row else 0
+    if row is None:
+        raise Damaged("damaged: clusterbench_meta has no schema_version row")
+    found = row[0]
+    if isinstance(found, str) and found.isascii() and found.isdigit() and len(found) <= len(str(_VERSION_MAX)):
+        found = int(found)
+    if isinstance(found, bool) or not isinstance(found, int) or not 1 <= found <= _VERSION_MAX:
+        raise held(meta.c.value, found, f"not a schema version: a whole number from 1 to {_VERSION_MAX}")
+    return found
+
+
+def foreign_tables(conn: Connection) -> list[str]:
+    """The tables of a database that holds no store: someone else's, which clusterbench leaves alone."""
+    return sorted(conn.dialect.get_table_names(conn))
 
 
 def migrate(conn: Connection, target: int = SCHEMA_VERSION) -> int:

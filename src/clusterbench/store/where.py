@@ -1,24 +1,32 @@
-"""Where the results store lives, from --store or CLUSTERBENCH_STORE: a file path (SQLite), a
-postgresql:// URL (a team's shared store), `off`, or by default an SQLite file in the user's data
-directory. Checked before a run starts, without loading any database library."""
+"""Where the results store lives, from --store or CLUSTERBENCH_STORE: a file path (SQLite), an sqlite://
+URL in SQLAlchemy's form, a postgresql:// URL (a team's shared store), `off`, or by default an SQLite file
+in the user's data directory. Checked before a run starts, without loading any database library, so that a
+store that can never be opened (a port that is no number, a name too long for the file system) is refused
+before anything is measured."""
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterbench.args import clipped
 from clusterbench.errors import UsageError
+from clusterbench.secrets import masked
 
 ENV = "CLUSTERBENCH_STORE"
 OFF = ("off", "none")
 _POSTGRES = ("postgresql", "postgres", "postgresql+psycopg")
+_SQLITE = ("sqlite", "sqlite+pysqlite")
+_FORMS = "a file path, sqlite:///RELATIVE/PATH, sqlite:////ABSOLUTE/PATH, a postgresql:// URL, or off"
 
 
 @dataclass(frozen=True)
 class Where:
-    url: str  # for SQLAlchemy: sqlite:///PATH or postgresql+psycopg://...
-    shown: str  # for messages: the path, or the URL without its password
+    url: str  # for SQLAlchemy: postgresql+psycopg://...; sqlite:///PATH, for the record (the file is opened by name)
+    shown: str  # for messages: the path, or the URL with its credentials masked
     path: Path | None = None  # the SQLite file
 
     @property
@@ -42,30 +50,101 @@ def resolve(text: str | None, label: str = "--store") -> Where | None:
     if text.lower() in OFF:
         return None
     if not text:
-        raise UsageError(f"{label}: empty; give a file path, a postgresql:// URL, or off")
+        raise UsageError(f"{label}: empty; give {_FORMS}")
     scheme, sep, rest = text.partition("://")
     if not sep:
-        return sqlite(Path(text).expanduser())
+        return sqlite(_expanded(text, label))
     scheme = scheme.lower()
     if scheme in _POSTGRES:
         return _postgres(rest, label)
-    if scheme == "sqlite" and rest.startswith("/"):
-        return sqlite(Path(rest[1:] or "."))
-    raise UsageError(f"{label} {scheme}://...: unknown kind of store {scheme!r}; give a file path (SQLite), "
-                     "a postgresql:// URL, or off")
+    if scheme in _SQLITE:
+        return sqlite(_sqlite_path(text, rest, label))
+    # Masked before clipped: a clipped URL may have lost the @ that marks its password.
+    raise UsageError(f"{label} {clipped(masked(text))}: unknown kind of store {clipped(scheme)!r}; give {_FORMS}")
+
+
+def _expanded(text: str, label: str) -> Path:
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # ~user for a user this system does not know
+        user = text[1:].split("/", 1)[0]
+        raise UsageError(f"{label} {clipped(text)}: there is no user {clipped(user)!r} whose home ~{clipped(user)} "
+                         "would be; give the path in full") from None
+
+
+def _sqlite_path(text: str, rest: str, label: str) -> Path:
+    """The file of an SQLAlchemy SQLite URL: sqlite:///RELATIVE or sqlite:////ABSOLUTE (after the third
+    slash, as SQLAlchemy reads it). A URL of a database in memory keeps nothing, and one with a host or
+    options is no form SQLAlchemy gives a file in: each refused with the form to write."""
+    shown = clipped(masked(text))
+    if rest in ("", "/", "/:memory:"):
+        raise UsageError(f"{label} {shown}: a database in memory keeps nothing once the command ends; name a "
+                         "file: sqlite:///RELATIVE/PATH, sqlite:////ABSOLUTE/PATH, or the path alone")
+    if not rest.startswith("/") and "@" in rest:  # not echoed: what stands before the @ may be a password
+        raise UsageError(f"{label} sqlite://...: an SQLite URL names no user and no host; write "
+                         "sqlite:///RELATIVE/PATH, sqlite:////ABSOLUTE/PATH, or the path alone")
+    if not rest.startswith("/"):
+        raise UsageError(f"{label} {shown}: an SQLite URL names no host; for the file {clipped(rest)} write "
+                         f"sqlite:///{clipped(rest)} (or the path alone)")
+    path = rest[1:]
+    if "?" in path:
+        raise UsageError(f"{label} {shown}: options in an SQLite URL are not taken; write "
+                         f"sqlite:///{clipped(path.split('?', 1)[0])}")
+    return Path(path)
 
 
 def sqlite(path: Path) -> Where:
     path = path.absolute()
+    shown = masked(str(path))
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as e:  # a name too long for the file system, a file where a folder should be, ...
+        why = {errno.ENAMETOOLONG: "a name too long for the file system",
+               errno.ENOTDIR: "a part of its path is a file, not a folder"}.get(e.errno, e.strerror or str(e))
+        raise UsageError(f"store {clipped(shown)}: {why}") from None
     if path.is_dir():
-        raise UsageError(f"store {path}: is a folder; name the database file in it, e.g. {path / 'results.db'}")
-    return Where(f"sqlite:///{path}", str(path), path)
+        raise UsageError(f"store {shown}: is a folder; name the database file in it, e.g. {path / 'results.db'}")
+    return Where(f"sqlite:///{path}", shown, path)
 
 
 def _postgres(rest: str, label: str) -> Where:
-    if not rest or rest.startswith("/"):
-        raise UsageError(f"{label}: postgresql:// needs a host (postgresql://USER:PASSWORD@HOST:PORT/DATABASE)")
-    credentials, at, place = rest.rpartition("@")
-    user = credentials.partition(":")[0]
-    shown = f"postgresql://{user + '@' if at else ''}{place}"  # never print a password
+    authority = rest.split("/", 1)[0]
+    if "@" not in authority and "@" in rest.split("?", 1)[0]:  # USER:PASS/WORD@HOST: not echoed, nor masked whole
+        raise UsageError(f"{label} postgresql://...: a / before the @ (in the user or the password) must be "
+                         "written %2F; the host is what follows the @")
+    shown = masked(f"postgresql://{rest}")
+    hosts = authority.rpartition("@")[2].split("?", 1)[0].split("#", 1)[0]
+    if not hosts:
+        raise UsageError(f"{label} {shown}: postgresql:// needs a host (postgresql://USER@HOST:PORT/DATABASE)")
+    if "," in hosts:
+        raise UsageError(f"{label} {shown}: one host per URL (postgresql://USER@HOST:PORT/DATABASE)")
+    _host_and_port(hosts, f"{label} {shown}")
     return Where(f"postgresql+psycopg://{rest}", shown)
+
+
+def _host_and_port(text: str, label: str) -> None:
+    """HOST[:PORT] or [IPV6][:PORT], checked as the driver would only once it tried to connect."""
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise UsageError(f"{label}: the host opens an IPv6 address with [ and never closes it; write "
+                             "[ADDRESS]:PORT, like [::1]:5432")
+        inner, after = text[1:close], text[close + 1:]
+        try:
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise UsageError(f"{label}: [{clipped(inner)}] is not an IPv6 address") from None
+        if after and not after.startswith(":"):
+            raise UsageError(f"{label}: {clipped(after)!r} after the IPv6 address; write [ADDRESS]:PORT")
+        port = after[1:] if after else None
+    elif text.count(":") > 1:
+        raise UsageError(f"{label}: an IPv6 address goes in brackets, like postgresql://USER@[::1]:5432/DATABASE")
+    else:
+        host, colon, port = text.partition(":")
+        port = port if colon else None
+        if not host:
+            raise UsageError(f"{label}: postgresql:// needs a host before the port")
+    if port is not None and not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise UsageError(f"{label}: port {clipped(port)!r} is not a port number (1 to 65535)")

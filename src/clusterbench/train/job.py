@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 
 from clusterbench.analyse import alignment, references
 from clusterbench.errors import UsageError
 from clusterbench.forking import without_thread_pools
-from clusterbench.results import documents
 from clusterbench.results.documents import LossReference
-from clusterbench.results.folder import result_files
 from clusterbench.results.schema import Run, Train, TrainConfig
 from clusterbench.train import models
 from clusterbench.train.data import load_task
@@ -99,19 +96,7 @@ def build(opts: TrainOptions, device_type: str, world_size: int) -> TrainJob:
         reshard_after_forward=loop.reshard_after_forward)
     shipped = references.shipped_name(spec.name, device_type, loop.dtype)
     ref, label, note = references.choose(opts.reference, shipped, config)
-    if opts.save_reference:
-        _check_reference_path(Path(opts.save_reference))
     return TrainJob(spec, loop, opts, seq_len, config, ref, label, note)
-
-
-def _check_reference_path(path: Path) -> None:
-    """A reference is written beside runs, never over one: a run's files are measurements no later run restores."""
-    label = f"--save-reference {path}"
-    if path.is_dir():
-        raise UsageError(f"{label} is a folder: give the name of a file to write")
-    if path.name == "run.json" or path in result_files(path.parent):
-        raise UsageError(f"{label} would replace a file of the run in {path.parent}: write the reference elsewhere")
-    documents.check_writable(path.parent, label)
 
 
 def canary(world_size: int) -> TrainJob:
