@@ -125,6 +125,11 @@ def _store_cases(root: Path) -> dict[str, tuple[list[str], int, str]]:
     stamps = damaged(good, "started-utc", "UPDATE runs SET started_utc = 'yesterday' WHERE uid = 'run7';")
     for argv in (["history"], ["history", "--runs"], ["store", "info"]):
         cases[f"{' '.join(argv)}: started_utc text"] = ([*argv, "--store", str(stamps)], 2, "runs.started_utc holds")
+    # Text that would rewrite the terminal, or forge a line of the list: never printed.
+    forged = damaged(good, "forged", "UPDATE runs SET command = char(27) || '[31mcheck', "
+                     "verdict = 'PASS' || char(10) || '20260101T000000Z fleet 999 FAIL' WHERE uid = 'run7';")
+    cases["history --runs: control characters"] = (["history", "--runs", "--store", str(forged)], 2,
+                                                   "not printable text")
     readers = [["history"], ["store", "info"], ["history", "--runs"], ["baseline", "--from-store", "-o"],
                ["history", "--regressions"], ["history", "--metric", MATMUL]]
     for i, (name, script) in enumerate(VERSION_DAMAGE.items()):

@@ -77,6 +77,9 @@ step train-1b-compile 240 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dty
 step train-8b-fsdp 300 "${CB[@]}" train --nproc "$NP" --preset llama-8b --dtype bfloat16 --parallel fsdp --steps 4 \
   --warmup-steps 1 --seq-len 1024 --global-batch "$NP" --micro-batch 1 --activation-checkpointing --out "$OUT/train-8b-fsdp"
 step run-quick 180 "${CB[@]}" run --quick --out "$OUT/run-quick"
+# The health check on a GPU node (issues 20, 31): NVML's ECC and remap counters, the bf16 peaks, the numerics vote
+# across the GPUs; exit 0 and one line, or 1 with the reason (its drain left out: no Slurm here).
+step check 90 "${CB[@]}" check --gpus "$NGPU" --budget 80 --store off -v
 if (( NP > 1 )); then  # a bare loop has no busbw to compare at world size 1
   step bench-comm 90 "$PY" bench/bench_comm.py --nproc "$NP" --max-bytes 256M --rounds 3
   step bench-telemetry 120 "$PY" bench/bench_telemetry.py --nproc "$NP" --max-bytes 256M --rounds 3

@@ -89,7 +89,8 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_out_argument(p: Any) -> None:
     p.add_argument("--out", type=Path, help="run folder (default runs/<UTC time>-<command>)")
-    p.add_argument("--overwrite", action="store_true", help="replace the run an existing --out folder holds")
+    p.add_argument("--overwrite", action="store_true", help="replace what is in the way: the run an existing --out folder holds, a file an output "
+                        "option names (never one of the command's inputs or a run's own files)")
 
 
 @dataclass(frozen=True)

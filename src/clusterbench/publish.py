@@ -78,8 +78,12 @@ def pushgateway_url(text: str) -> str:
     scheme, _, rest = url.partition("://")
     if scheme.lower() not in ("http", "https"):
         raise UsageError(f"--pushgateway {shown}: a Pushgateway speaks http:// or https://, not {clipped(scheme)}://")
-    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    _check_host(netloc.rpartition("@")[2], shown)
+    # The host follows the last @ (a password may hold / ? #, typed unescaped), and ends at the path.
+    userinfo, at, after = rest.rpartition("@")
+    if at and re.search(r"[/?#]", userinfo):
+        raise UsageError(f"--pushgateway {shown}: its credentials hold / ? or #, which end a URL's host part: "
+                         "write them percent-encoded (%2F, %3F, %23)")
+    _check_host(re.split(r"[/?#]", after, maxsplit=1)[0], shown)
     try:
         parts = urlsplit(url)
     except ValueError as e:  # a [ or ] in the user part, which urlsplit takes for a broken address

@@ -10,12 +10,13 @@ import re
 
 MASK = "***"
 
-# scheme://USER:PASSWORD@ : the password is whatever runs from the first colon after // to the last @ before
-# the host (a password may itself hold @ or :, which users type unescaped).
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/\s?#]*):(?P<secret>[^\s/?#]*)@")
+# scheme://USER:PASSWORD@ : the password is whatever runs from the first colon after // to the last @ of the
+# word (users type passwords unescaped, with @ : / ? # in them; masking too much of a word is the safe side).
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/\s?#]*):(?P<secret>\S*)@(?=[^@\s]*(?:\s|$))")
 # A bare USER@ whose "user" is a secret nobody meant to show cannot be told from a user name; a libpq
-# keyword is: password=, sslpassword=, passfile= anywhere (a URL's query, a conninfo string).
-_KEYWORD = re.compile(r"(?P<key>\b(?:ssl)?password|\bpassfile)=(?P<secret>[^\s&;]*)", re.IGNORECASE)
+# keyword is: password=, sslpassword=, passfile= anywhere (a URL's query, a conninfo string), quoted or not.
+_KEYWORD = re.compile(r"""(?P<key>\b(?:ssl)?password|\bpassfile)=(?P<secret>"[^"]*"?|'[^']*'?|[^\s&;]*)""",
+                      re.IGNORECASE)
 
 
 def masked(text: str) -> str:

@@ -15,7 +15,7 @@ from clusterbench.registry import metrics_of
 from clusterbench.results import codec
 from clusterbench.results.documents import Baseline
 from clusterbench.results.fleet import Band
-from clusterbench.results.folder import check_output, load_run
+from clusterbench.results.folder import load_run
 from clusterbench.store import where as store_where
 
 
@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("give run folders, or --from-store, and not both")
     if not args.from_store and (args.since or args.klass or args.store):
         raise UsageError("--since, --class and --store choose what --from-store reads: add --from-store")
-    output = check_output(args.output, "-o", args.overwrite)  # before reading: a refusal costs nothing
+    output = args.output  # checked with every output before the command began (results/outputs.py)
     if args.from_store:
         doc, thin = _from_store(args)
         what = f"{len(doc.runs)} healthy runs of {doc.klass}, {len(doc.bands)} node bands" + _left_out(thin)

@@ -12,7 +12,7 @@ from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.results.cost_model import CostModel
 from clusterbench.results.documents import write_text
-from clusterbench.results.folder import check_output, load_run, save_run
+from clusterbench.results.folder import load_run, save_run
 from clusterbench.results.schema import Run
 from clusterbench.units import duration, human_bytes
 
@@ -138,8 +138,6 @@ def _sizes(text: str) -> list[int]:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    if args.plot:  # before any work: the answer to a refusal is quick
-        check_output(args.plot, "--plot", args.overwrite)
     cluster = cluster_of(args)
     predictions = pr.predict(cluster, args.op, _sizes(args.sizes))
     print(predict_text(cluster, args.op, predictions))

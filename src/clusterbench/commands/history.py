@@ -63,10 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from clusterbench.results.folder import check_output
-
     _check_combination(args)
-    report = check_output(args.report, "--report", args.overwrite) if args.report else None
+    report = args.report  # checked with every output before the command began (results/outputs.py)
     rules = _rules(args.rules) if args.regressions or report else None
     where = store_where.resolve(args.store)
     if where is None:

@@ -34,7 +34,6 @@ def document(title: str, meta_html: str, body_html: str, source_html: str, nav_h
     """A self-contained page of clusterbench's: its header, the body, and a footer naming what it was rendered from."""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta name="generator" content="clusterbench">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{esc(title)}</title>

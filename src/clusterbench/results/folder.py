@@ -5,9 +5,8 @@ leaves parseable files with every row measured so far: each row is appended to i
 in one write, and run.json is rewritten atomically (by a hot loop only every so often, which a
 run.json growing with every row would otherwise slow).
 
-Nothing written earlier is replaced unasked: a run folder that holds a run's files, and any
-file a command would write over (a run's run.json, one of the command's own inputs, an earlier
-output), is refused unless the user adds --overwrite.
+Nothing written earlier is replaced unasked: a run folder that holds a run's files is refused unless
+the user adds --overwrite (the other outputs a user names: results/outputs.py).
 """
 
 from __future__ import annotations
@@ -80,19 +79,6 @@ def _remove(file: Path, folder: Path) -> None:
             file.unlink()
     except OSError as e:
         raise UsageError(f"--out {folder}: cannot remove the earlier {file.name} ({e.strerror or e})") from None
-
-
-def check_output(path: Path, label: str, overwrite: bool) -> Path:
-    """`path` as a file a command may write: never a folder, and never an existing file (a run's run.json,
-    an input of the same command, an earlier output) unless `overwrite`."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"{label} {path} is a folder: give the name of a file to write")
-    if _exists(path) and not overwrite:
-        run = path.name == "run.json" or ((path.parent / "run.json").exists() and path in result_files(path.parent))
-        what = f" and is part of the run in {path.parent}" if run else ""
-        raise UsageError(f"{label} {path} already exists{what}: write elsewhere, or add --overwrite to replace it")
-    return path
 
 
 def _exists(path: Path) -> bool:

@@ -22,7 +22,6 @@ from clusterbench.errors import UsageError
 from clusterbench.results.folder import result_files
 
 SNIFF_BYTES = 4 * 1024**2  # an exclude list of 10,000 nodes is about 200 KB; a larger file is not one of ours
-HTML_MARK = b'<meta name="generator" content="clusterbench">'  # every page report/html.py writes
 _NODE_LINE = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]*")  # a host name, as a node is named
 
 
@@ -34,10 +33,6 @@ def _textfile(head: bytes) -> bool:
     """Prometheus text whose every series is clusterbench's (prometheus.py names them all clusterbench_)."""
     starts = (b"# HELP clusterbench_", b"# TYPE clusterbench_", b"clusterbench_")
     return all(line.startswith(starts) for line in head.splitlines())
-
-
-def _html(head: bytes) -> bool:
-    return HTML_MARK in head[:4096]
 
 
 def _reference(head: bytes) -> bool:
@@ -66,21 +61,11 @@ _INPUTS = ("baseline", "topology", "rules", "expected", "reference", "runs", "ru
            "target")
 
 
-def expand(path: Path | str, label: str) -> Path:
-    """`path` with ~ and ~user expanded; a user this machine does not know is a one-line error."""
-    try:
-        return Path(path).expanduser()
-    except RuntimeError:
-        raise UsageError(f"{label} {path}: no such user {str(path)[1:].partition('/')[0]!r} here") from None
-
-
 def _paths(value: object) -> Iterator[Path]:
+    """The paths an option's value names, as the command opens them (the shell has expanded any ~)."""
     for item in value if isinstance(value, (list, tuple)) else [value]:
         if isinstance(item, (str, Path)) and str(item):
-            try:
-                yield Path(item).expanduser()
-            except RuntimeError:  # ~user unknown: nothing there to overwrite, and its own reader says so
-                continue
+            yield Path(item)
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -157,7 +142,7 @@ def check(args: argparse.Namespace, uses_store: bool) -> None:
     """Every output option of the command line checked, against each other and against every input (and the
     results store, where the command records in one: `uses_store`)."""
     overwrite = bool(getattr(args, "overwrite", False))
-    outputs = [(expand(value, out.flag), out) for dest, out in OUTPUTS.items()
+    outputs = [(Path(value), out) for dest, out in OUTPUTS.items()
                if (value := getattr(args, dest, None)) is not None]
     inputs = [p for name in _INPUTS for p in _paths(getattr(args, name, None))]
     store = _store_file(args, uses_store)

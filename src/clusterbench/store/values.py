@@ -41,6 +41,8 @@ def text(value: Any, column: Column, nullable: bool = False) -> Any:
         return None
     if not isinstance(value, str):
         raise held(column, value, "not text")
+    if not value.isprintable():  # a control character would rewrite the terminal's lines, or forge one
+        raise held(column, value, "not printable text")
     return value
 
 
