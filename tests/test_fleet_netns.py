@@ -63,10 +63,10 @@ def bed() -> Iterator[NetnsBed]:
         yield made
 
 
-def test_a_healthy_fleet_excludes_nobody_three_runs_in_a_row(bed: NetnsBed, tmp_path: Path) -> None:
+def test_a_healthy_fleet_excludes_nobody_twice_in_a_row(bed: NetnsBed, tmp_path: Path) -> None:
     """No false exclusion, run after run. A pair slowed by this shared host's other work may be reported
     flaky, and a node's figure may leave the band: neither excludes (the issue's target is exclusions)."""
-    for attempt in range(3):
+    for attempt in range(2):
         out = tmp_path / f"run{attempt}"
         rank0 = finish(fleet_on(bed, 4, out))[0]
         excluded = (read_run(out).get("fleet") or {}).get("excluded")  # with the reasons: a failure's first words

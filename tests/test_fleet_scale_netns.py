@@ -1,22 +1,20 @@
 """`clusterbench fleet` with sampled pairs and a topology, across six network-namespace nodes in three
 racks of two, the third rack's links across the "spine" held to 200 Mbit/s by `tc` and its link inside
-left alone: under torchrun's variables and under a real multi-node Slurm reading a topology.conf. The
-rack's two nodes go, named behind their switch, and nobody else does (docs/methodology.md §16)."""
+left alone, under a real multi-node Slurm reading a topology.conf. The rack's two nodes go, named behind
+their switch, and nobody else does (docs/methodology.md §16). The plain `NODE SWITCH` form of a topology
+file is read by the same parser (tests/test_fleet_scale.py); torchrun's launch, by tests/test_fleet_netns.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from beds import NetnsBed, netns_cluster, slurm_nodes
-from conftest import finish, read_pairs, read_run, start_nodes
+from beds import NetnsBed, slurm_nodes
+from conftest import read_pairs, read_run
 
 from clusterbench import hostlist
 
-PORT = 29500  # inside namespaces the test made for itself: nothing else listens there
 NODES = 6
 RACKS = ["rack-a", "rack-a", "rack-b", "rack-b", "rack-c", "rack-c"]
 SLOW_RACK = [4, 5]
@@ -50,26 +48,6 @@ def judged(out: Path, names: list[str]) -> dict:
     return fleet
 
 
-@pytest.fixture(scope="module")
-def bed() -> Iterator[NetnsBed]:
-    with netns_cluster(NODES) as made:
-        yield made
-
-
-def test_sampled_pairs_and_a_topology_name_the_slowed_rack_under_torchrun(bed: NetnsBed, tmp_path: Path) -> None:
-    topology = tmp_path / "racks.txt"
-    topology.write_text("".join(f"node{i} {rack}\n" for i, rack in enumerate(RACKS)))
-    slow_rack(bed)
-    out = tmp_path / "run"
-    procs = start_nodes(NODES, ["fleet", *SAMPLED, "--topology", str(topology), "--out", str(out)],
-                        master=bed.addr(0), port=PORT, popen=bed.popen)
-    rank0 = finish(procs)[0]
-    assert rank0.returncode == 1, (rank0.stdout[-3000:], rank0.stderr[-2000:])
-    judged(out, [f"node{i}" for i in range(NODES)])
-    assert "bad switch (its nodes share a fault): rack-c: 2 of its 2 nodes" in rank0.stdout
-    assert "1 of them inside the racks" in rank0.stdout and "--exclude=node[4-5]" in rank0.stdout
-
-
 def test_slurm_reads_its_topology_conf_and_drains_the_rack_behind_the_slow_switch(tmp_path_factory) -> None:
     folder = tmp_path_factory.mktemp("slurm")
     out, listed = folder / "run", folder / "exclude.txt"
@@ -87,6 +65,8 @@ def test_slurm_reads_its_topology_conf_and_drains_the_rack_behind_the_slow_switc
         states = {name: bed.node_state(name) for name in bed.names}
     assert job.returncode == 1, (job.stdout[-3000:], job.stderr[-2000:])
     judged(out, bed.names)
+    assert "bad switch (its nodes share a fault): rack-c: 2 of its 2 nodes" in job.stdout
+    assert "1 of them inside the racks" in job.stdout
     gone = [bed.names[i] for i in SLOW_RACK]
     assert sorted(listed.read_text().split()) == gone
     assert all(states[n].startswith("drain") == (n in gone) for n in bed.names), states
