@@ -16,8 +16,8 @@ import pytest
 # never in the user's data directory, and without a second's SQLAlchemy import in each of hundreds of runs.
 os.environ["CLUSTERBENCH_STORE"] = "off"
 
-# The longest files, longest first (measured, 2026-12-03): the two workers take files in the order they are
-# collected, and one of these started last leaves the other worker idle for minutes at the end.
+# The longest files, longest first (measured, 2026-12-03): the workers take files in the order they are
+# collected (--no-loadscope-reorder), and one of these started last leaves the others idle at the end.
 LONGEST_FIRST = ("test_train.py", "test_fleet_netns.py", "test_run.py", "test_launchers.py", "test_fleet.py",
                  "test_netns.py", "test_hostile.py", "test_ray.py", "test_fleet_scale_netns.py",
                  "test_hostile_store.py", "test_check_slurm.py", "test_launch_failures.py")

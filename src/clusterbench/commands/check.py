@@ -6,9 +6,9 @@ this node with the reason, --resume-on-pass resumes it where a check had drained
 The checks run in a child process that this one watches: at the deadline the child is killed,
 whatever it is stuck in (a hung GPU can hold a thread, and Python's signal handlers, as long as it
 likes), and the failure is said all the same. Only proof drains a node: a check that failed, a device
-check that outran a budget that left it time, or a set-up the node starved of CPU. A budget the set-up
-outran at full speed, a set-up that failed, or a baseline that judges nobody is said (exit 2) and the
-node left as it is. It keeps no run folder (a check every few minutes
+check that outran a budget that left it time, or a set-up the node kept from a CPU. A budget too small
+for the set-up, a set-up that failed, or a baseline that judges nobody is said (exit 2) and the node
+left as it is. It keeps no run folder (a check every few minutes
 must not litter); like any run, it is recorded in the results store and exported where asked.
 """
 
@@ -47,8 +47,8 @@ MAX_BUDGET_S = 3600.0  # beyond an hour it is no quick check, and a typo more li
 # A set-up (the interpreter, torch) that spent this share of its life ready to run and not let (the kernel's
 # run delay: a cgroup quota, a host's other load) was starved by its node, and a budget it outran is the node's
 # fault. Waiting on a disk (torch from a cold cache or a network file system) is no such wait, and running
-# throughout means the budget was too small. A 2-core runner busy with two test workers and their ranks keeps
-# a process waiting about half its time; a twentieth of a CPU, 95 %.
+# throughout means the budget was too small. This 2-core VM busy with the test suite kept a check waiting 45 % of
+# its time; a cgroup quota of a twentieth of a CPU, 96 %.
 STARVED_SHARE = 0.8
 # A device check that began with this much of the budget left had the time it sizes itself to: past the
 # deadline it hung. Begun with less, the budget was too small for it.

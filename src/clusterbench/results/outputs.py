@@ -1,10 +1,10 @@
 """The files a command writes at paths the user names, checked together before anything is measured.
 
 Each output option declares what it writes. An existing file there is replaced only where it is a file
-of that kind clusterbench made (an exclude list, a Prometheus textfile: rewritten by every run; a loss reference, made again) or the
-user adds --overwrite; a run's own files (run.json, its tables, its report) are never replaced by
-another kind of file, and no output may be one of the command's own inputs (its baseline, topology,
-rules, reference, results store or run folders), --overwrite or not. Every output's folder is proved
+of that kind clusterbench made (an exclude list, a Prometheus textfile: rewritten by every run; a loss
+reference, made again) or the user adds --overwrite; a run's own files (run.json, its tables, its report)
+are never replaced by another kind of file, and no output may be one of the command's own inputs (its
+baseline, topology, rules, reference, results store or run folders), --overwrite or not. Every output's folder is proved
 writable first, so a fleet of thousands of nodes is never measured for a list that cannot be written.
 """
 
