@@ -41,14 +41,16 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
 
 
 def run_side_by_side(cases: dict[str, list[str]], cwd: Path | None = None, timeout: float = 120,
-                     at_once: int = 8) -> dict[str, subprocess.CompletedProcess | None]:
+                     at_once: int = 8, envs: dict[str, dict[str, str]] | None = None,
+                     ) -> dict[str, subprocess.CompletedProcess | None]:
     """`python -m clusterbench ARGS` for each case, `at_once` started together, so each pays the
-    interpreter's and torch's start-up beside the others; None for a case that ran past `timeout` (killed)."""
+    interpreter's and torch's start-up beside the others; None for a case that ran past `timeout` (killed).
+    `envs`: a case's whole environment, where it is not this process's."""
     done: dict[str, subprocess.CompletedProcess | None] = {}
     names = list(cases)
     for start in range(0, len(names), at_once):
         procs = {name: subprocess.Popen([sys.executable, "-m", "clusterbench", *cases[name]], cwd=cwd, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                        env=(envs or {}).get(name), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                  for name in names[start:start + at_once]}
         for name, proc in procs.items():
             try:

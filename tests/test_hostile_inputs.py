@@ -15,7 +15,6 @@ import pickle
 import shutil
 import struct
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import ClassVar
 
 import pytest
 from beds import free_port
+from conftest import run_side_by_side
 
 from clusterbench import hostlist
 from clusterbench.errors import UsageError
@@ -45,24 +45,9 @@ def _plain_env() -> dict[str, str]:
 
 
 def _side_by_side(cases: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, subprocess.CompletedProcess | None]:
-    """`python -m clusterbench ARGS` under `ENV` for each case, AT_ONCE together; None for one that hung."""
-    done: dict[str, subprocess.CompletedProcess | None] = {}
-    names = list(cases)
-    for start in range(0, len(names), AT_ONCE):
-        procs = {name: subprocess.Popen([sys.executable, "-m", "clusterbench", *cases[name][0]], text=True,
-                                        env={**_plain_env(), **cases[name][1]}, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE)
-                 for name in names[start:start + AT_ONCE]}
-        for name, proc in procs.items():
-            try:
-                out, err = proc.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                done[name] = None
-                continue
-            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    return done
+    """`python -m clusterbench ARGS` under this environment without a launcher's, plus `ENV`, for each case."""
+    return run_side_by_side({name: args for name, (args, _) in cases.items()}, timeout=TIMEOUT_S, at_once=AT_ONCE,
+                            envs={name: {**_plain_env(), **env} for name, (_, env) in cases.items()})
 
 
 def _held_to_the_promise(name: str, proc: subprocess.CompletedProcess | None, code: int,
