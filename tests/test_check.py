@@ -59,7 +59,7 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
     healthy = done["pass"]
     assert healthy.returncode == 0 and healthy.stderr == "", healthy.stderr
     assert re.fullmatch(HEALTHY, healthy.stdout.strip()), healthy.stdout
-    assert re.fullmatch(HEALTHY, healthy.stdout.strip())[2] == "4"  # devices, peaks, numerics, baseline
+    assert re.fullmatch(HEALTHY, healthy.stdout.strip())[2] == "5"  # devices, counters, peaks, numerics, baseline
     # Recorded in the results store: each device's figures under the node, with its verdict.
     history = run_cli("history", "--store", str(store), "--node", "n1", "--metric", "check.matmul_tflops")
     assert history.returncode == 0 and re.search(r"check +check\.matmul_tflops .* PASS", history.stdout), history
@@ -115,24 +115,37 @@ def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) ->
         assert_one_line_error(blind, 2, flag, "scontrol is not on PATH")
 
 
-def test_nvml_names_each_memory_fault_that_needs_a_reset(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The GPU side of the devices check, on a fake NVML: no GPU here to read it from."""
-    from clusterbench.fleet import health  # torch
-    from clusterbench.hw import nvml
+def test_the_counters_check_fails_each_memory_fault_that_needs_a_reset(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """The GPU side of the counters check, on a fake NVML (no GPU here to read it from), judged by the node
+    rules as `check` and `fleet` judge it."""
+    from clusterbench.analyse import node_rules
+    from clusterbench.hw import counters, nvml
 
     fake = four_h100()
     monkeypatch.setattr(nvml, "load", lambda: fake)
-    uuid = "00000001-0000-0000-0000-000000000000"  # GPU 1, as torch names it
-    assert health.nvml_faults(uuid) == []  # and this fake NVML cannot tell retired pages or remapped rows
+    gpus = [counters.GpuRef("cuda:1", "00000001-0000-0000-0000-000000000000"),
+            counters.GpuRef("cuda:2", "00000002-0000-0000-0000-000000000000")]
+    log = tmp_path / "kernel.log"
+    log.write_text("")
+    rules = node_rules.load()
+
+    def misses() -> list[str]:
+        snap = counters.snapshot(gpus, sys_root=tmp_path, kernel_log=log)
+        return [m.line for m in node_rules.judge(counters.figures(None, snap), counters.states(snap), rules)]
+
+    assert misses() == []  # and this fake NVML cannot tell retired pages or remapped rows
     fake.ecc[1] = [5, 2]  # corrected errors are the memory doing its job: only uncorrectable ones count
     fake.nvmlDeviceGetRetiredPagesPendingStatus = lambda h: int(h == 1)
     # (corrected, uncorrected, pending, failed)
     fake.nvmlDeviceGetRemappedRows = lambda h: (3, 1, 1, 0) if h == 1 else (0, 0, 0, 0)
-    assert health.nvml_faults(uuid) == ["2 uncorrectable ECC errors since the driver loaded",
-                                        "retired pages pending a reset", "row remaps pending a reset"]
+    found = misses()
+    assert [line.split(":")[0] for line in found] == ["uncorrectable ECC", "retired pages pending",
+                                                      "row remaps pending"], found
+    assert all("cuda:1" in line and "cuda:2" not in line for line in found)  # its neighbour is fine
+    assert "(reset the GPU" in found[0]
     fake.nvmlDeviceGetRemappedRows = lambda h: (3, 9, 0, 1) if h == 1 else (0, 0, 0, 0)
-    assert health.nvml_faults(uuid)[-1] == "a row remap failed: the memory has no spare rows left"
-    assert health.nvml_faults("00000002-0000-0000-0000-000000000000") == []  # its neighbour is fine
+    assert any(line.startswith("row remap failed: cuda:1") and "RMA" in line for line in misses())
 
 
 def test_the_devices_of_a_node_vote_on_the_numerics() -> None:

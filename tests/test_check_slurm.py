@@ -159,7 +159,7 @@ def test_a_node_drained_for_another_reason_is_neither_resumed_nor_taken_over(bed
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         until(lambda: "stays drained" in bed.log(node)[seen:], f"{node} checked while drained")
         line = next(line for line in bed.log(node)[seen:].splitlines() if "stays drained" in line)
-        assert line.startswith(f"clusterbench check: healthy: {node} (") and ", 3 checks, " in line, line
+        assert line.startswith(f"clusterbench check: healthy: {node} (") and ", 4 checks, " in line, line
         out, err = failing.communicate(timeout=60)
         assert failing.returncode == 1 and out == "", (out, err)
         assert err.startswith(f"clusterbench check: {node}: torch sees "), err

@@ -56,6 +56,24 @@ def test_two_nodes_of_two_ranks_each_say_they_cannot_vote(tmp_path: Path) -> Non
     assert [p["ranks"] for p in fleet["probes"]] == [[0, 1], [2, 3]]
 
 
+def test_a_burn_in_excludes_the_node_whose_memory_flips_a_bit(tmp_path: Path) -> None:
+    """fleet --burnin: the soak of `clusterbench burnin` after the node-local phase, its findings judged per node."""
+    out = tmp_path / "run"
+    done = finish(start_nodes(3, ["fleet", *QUICK, "--numerics-steps", "0", "--burnin", "3", "--out", str(out)],
+                              env_of=lambda n: {"CLUSTERBENCH_TEST_FLIP": "1:1"}))
+    assert done[0].returncode == 1, done[0].stderr[-2000:]
+    doc = read_run(out)
+    rows = {row["node"]: row for row in doc["fleet"]["nodes"]}
+    # (A neighbour's load on these shared cores may show as a drift of another node: only the flip is certain.)
+    assert rows[node(1)]["verdict"] == "EXCLUDE", rows
+    flipped = [r for r in rows[node(1)]["reasons"] if "read back wrong" in r]
+    assert flipped and flipped[0].startswith("burn-in: 1 word read back wrong") and "RMA" in flipped[0], rows
+    assert not any("read back wrong" in r for n in (node(0), node(2)) for r in rows[n]["reasons"])
+    assert {w["rank"] for w in doc["extra"]["burnin"]["windows"]} == {0, 1, 2}
+    assert doc["fleet"]["seconds"]["burn-in"] >= 3
+    assert 'id="burnin"' in (out / "report.html").read_text()
+
+
 def test_fleet_refuses_what_cannot_work(tmp_path: Path) -> None:
     damaged = tmp_path / "topology.conf"
     damaged.write_text("SwitchName=leaf1 Nodes=n[1-4]\nSwitchName=leaf2 Nodes=n[4-8]\n")
@@ -78,6 +96,8 @@ def test_fleet_refuses_what_cannot_work(tmp_path: Path) -> None:
         "all with partners": ["fleet", "--pairs", "all", "--partners", "8", "--out", str(tmp_path / "all")],
         "no topology": ["fleet", "--topology", str(tmp_path / "nowhere.conf"), "--out", str(tmp_path / "t0")],
         "damaged topology": ["fleet", "--topology", str(damaged), "--out", str(tmp_path / "t1")],
+        "burn-in of no time": ["fleet", "--burnin", "0", "--out", str(tmp_path / "b0")],
+        "burn-in of words": ["fleet", "--burnin", "a while", "--out", str(tmp_path / "b1")],
     }
     done = run_side_by_side(cases, timeout=120)
     assert_one_line_error(done["one partner"], 2, "--partners", "at least 2")
@@ -86,7 +106,9 @@ def test_fleet_refuses_what_cannot_work(tmp_path: Path) -> None:
     assert_one_line_error(done["all with partners"], 2, "--partners", "--pairs sampled")
     assert_one_line_error(done["no topology"], 2, "--topology", "nowhere.conf")
     assert_one_line_error(done["damaged topology"], 2, "line 2", "already under leaf1")
-    assert not any((tmp_path / name).exists() for name in ("p1", "p0", "seed", "all", "t0", "t1"))
+    assert_one_line_error(done["burn-in of no time"], 2, "--burnin", "more than 0")
+    assert_one_line_error(done["burn-in of words"], 2, "--burnin", "a while")
+    assert not any((tmp_path / name).exists() for name in ("p1", "p0", "seed", "all", "t0", "t1", "b0", "b1"))
     assert_one_line_error(done["one node"], 2, "runs on one node")
     assert_one_line_error(done["drain"], 2, "--drain", "not running under Slurm", "--dry-run")
     assert_one_line_error(done["dry run alone"], 2, "add --drain")

@@ -7,7 +7,7 @@
 # bare torch loop and of the telemetry sampler. About 10-13 minutes on one H200. Runs from the
 # checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL already.
 # Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step limits add up
-# to 39 minutes; a healthy H200 should need about a third of that (not yet run: no device was lent
+# to 45 minutes; a healthy H200 should need about a third of that (not yet run: no device was lent
 # since the levers were added).
 #
 #     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
@@ -77,9 +77,14 @@ step train-1b-compile 240 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dty
 step train-8b-fsdp 300 "${CB[@]}" train --nproc "$NP" --preset llama-8b --dtype bfloat16 --parallel fsdp --steps 4 \
   --warmup-steps 1 --seq-len 1024 --global-batch "$NP" --micro-batch 1 --activation-checkpointing --out "$OUT/train-8b-fsdp"
 step run-quick 180 "${CB[@]}" run --quick --out "$OUT/run-quick"
-# The health check on a GPU node (issues 20, 31): NVML's ECC and remap counters, the bf16 peaks, the numerics vote
-# across the GPUs; exit 0 and one line, or 1 with the reason (its drain left out: no Slurm here).
+# The health check on a GPU node (issues 20, 31, 32): the node checks' table: NVML's ECC and remap counters, PCIe
+# links and Xid events judged by the node rules, the bf16 peaks, pinned host-device copies, the GPU-to-GPU copy
+# matrix, the numerics vote across the GPUs; exit 0 and one line, or 1 with the reason (no drain: no Slurm here).
 step check 90 "${CB[@]}" check --gpus "$NGPU" --budget 80 --store off -v
+# The burn-in (issue 32): bf16 matmul at full power, the memory test over most of the free HBM, the collectives
+# and the bitwise repeat, for two minutes (its quick level), then its bench against a bare matmul loop and copy.
+step burnin 200 "${CB[@]}" burnin --nproc "$NP" --level quick --out "$OUT/burnin"
+step bench-burnin 180 "$PY" bench/bench_burnin.py --seconds 20
 if (( NP > 1 )); then  # a bare loop has no busbw to compare at world size 1
   step bench-comm 90 "$PY" bench/bench_comm.py --nproc "$NP" --max-bytes 256M --rounds 3
   step bench-telemetry 120 "$PY" bench/bench_telemetry.py --nproc "$NP" --max-bytes 256M --rounds 3

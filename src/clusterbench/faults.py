@@ -7,6 +7,10 @@ Set through environment variables that no user sets:
   CLUSTERBENCH_TEST_NAN_STEP="STEP": rank 0's training loss becomes NaN at optimizer step STEP (1-based).
   CLUSTERBENCH_TEST_SDC="RANK:STEP": that rank's numerics task drifts slightly from step STEP (1-based) on,
       as a device that silently computes wrong numbers would.
+  CLUSTERBENCH_TEST_FLIP="RANK:SECOND": at that second of a burn-in (seconds since its soak began), one word
+      of that rank's memory-test region is flipped after it was written, as a failing memory cell would.
+  CLUSTERBENCH_TEST_SLOW="RANK:SECOND:FACTOR": from that second of a burn-in on, that rank's matmul takes
+      FACTOR times as long (the difference slept inside the timed region), as a throttling device would.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ FAULT_ENV = "CLUSTERBENCH_TEST_FAULT"
 CORRUPT_ENV = "CLUSTERBENCH_TEST_CORRUPT"
 NAN_STEP_ENV = "CLUSTERBENCH_TEST_NAN_STEP"
 SDC_ENV = "CLUSTERBENCH_TEST_SDC"
+FLIP_ENV = "CLUSTERBENCH_TEST_FLIP"
+SLOW_ENV = "CLUSTERBENCH_TEST_SLOW"
 # The drift: a relative change in the loss small enough to pass every tolerance but a bitwise one.
 SDC_DRIFT = 2.0**-20
 
@@ -56,3 +62,22 @@ def drift(rank: int, step: int) -> float:
         return 1.0
     drift_rank, drift_step = spec.split(":")
     return 1.0 + SDC_DRIFT if int(drift_rank) == rank and step >= int(drift_step) else 1.0
+
+
+def flip_second(rank: int) -> float | None:
+    """The second of the soak at which this rank's memory test is to read one word back flipped; None: never."""
+    spec = os.environ.get(FLIP_ENV)
+    if not spec:
+        return None
+    flip_rank, second = spec.split(":")
+    return float(second) if int(flip_rank) == rank else None
+
+
+def slowdown(rank: int, t_s: float) -> float:
+    """How many times as long this rank's matmul is to take at second t_s of the soak: 1, unless the test asked
+    this rank to slow down from an earlier second on."""
+    spec = os.environ.get(SLOW_ENV)
+    if not spec:
+        return 1.0
+    slow_rank, second, factor = spec.split(":")
+    return float(factor) if int(slow_rank) == rank and t_s >= float(second) else 1.0

@@ -17,7 +17,7 @@ from clusterbench.report.expected import expected_section
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run
 from clusterbench.results.schema import Run, Verdict
-from clusterbench.stages import canary, comm, fleet, hardware, peaks, train
+from clusterbench.stages import burnin, canary, comm, fleet, hardware, peaks, train
 from clusterbench.stages.stage import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -27,6 +27,7 @@ STAGES: tuple[Stage, ...] = (
     comm.STAGE,
     canary.STAGE,
     train.STAGE,
+    burnin.STAGE,
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 
+from clusterbench.nodechecks import BANDED
 from clusterbench.results.fleet import Band
 
 SPREADS = 4.0
@@ -25,12 +26,6 @@ ROUNDS = 10  # iterations of the exclusion; it settles in two or three
 # A band of fewer nodes judges nobody: with two, the median is their mean and each is as far from it as the other.
 JUDGES_FROM = 3
 
-# Each metric a node measures of itself, what it is in words, and that more is better.
-METRICS = {
-    "matmul_tflops": "matmul TFLOP/s",
-    "copy_gbps": "memory copy GB/s",
-    "intra_busbw_gbps": "intra-node all_reduce busbw Gbps",
-}
 
 
 def out_of(band: Band, value: float, tolerance: float) -> bool:
@@ -83,5 +78,5 @@ def outliers(probes: dict[str, tuple[str, dict[str, float]]], bands: list[Band],
 
 def reason(metric: str, value: float, band: Band) -> str:
     ratio = value / band.median if band.median else 0.0
-    return (f"{METRICS.get(metric, metric)} {value:.3g}, {ratio:.2f}x the median {band.median:.3g} of "
+    return (f"{BANDED.get(metric, metric)} {value:.3g}, {ratio:.2f}x the median {band.median:.3g} of "
             f"{band.nodes} {band.klass} nodes ({band.source})")

@@ -3,7 +3,8 @@ with its figures, the fleet's bands and its verdict; the nodes to take out, each
 
 A node is excluded only on proof: a link slow again against two healthy partners, a figure of its
 own that fell out of its class's band twice (the second time measured alone), numerics that left
-the majority bit for bit, or a node that stopped answering. What is odd but not proven (a fact
+the majority bit for bit, a counter a node rule fails (uncorrectable ECC errors, pending remaps, a
+hardware Xid), or a node that stopped answering. What is odd but not proven (a fact
 the fleet disagrees with, a suspect the retests did not confirm) makes it a suspect.
 """
 
@@ -13,8 +14,10 @@ import statistics
 from collections import defaultdict
 
 from clusterbench import hostlist
-from clusterbench.analyse import agreement, bands, racks, retests
+from clusterbench.analyse import agreement, bands, node_rules, racks, retests
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.rules import Rule
+from clusterbench.results.findings import Finding
 from clusterbench.results.fleet import Band, Exclusion, Fleet, NodeRow
 from clusterbench.results.schema import PairRow, Run
 
@@ -43,8 +46,11 @@ def link_figures(rows: list[PairRow]) -> dict[str, dict[str, float]]:
             for node, figures in found.items()}
 
 
-def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None) -> Fleet:
-    """`fleet` with its conclusion filled in, from the run's pairs and lost ranks."""
+def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
+             counter_rules: list[Rule] | None = None, soak: list[Finding] | None = None) -> Fleet:
+    """`fleet` with its conclusion filled in, from the run's pairs and lost ranks, each node's counters judged by
+    `counter_rules` (None: the shipped node rules), and what a --burnin soak found (`soak`: a critical finding
+    excludes its node, a warning makes it a suspect)."""
     nodes = nodes_of(run)
     probes = {p.node: (p.klass, p.metrics) for p in fleet.probes}
     fleet.bands = baseline if baseline else bands.learn_all(probes, fleet.tolerance)
@@ -78,6 +84,16 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None) -> Flee
                 reasons[node].append(f"{first}; {again:.3g} measured again alone")
             else:
                 cleared[node].append(f"{first} once, {again:.3g} measured again alone: within the band")
+
+    rules = counter_rules if counter_rules is not None else node_rules.load()
+    for p in fleet.probes:
+        for miss in node_rules.judge(p.counts, p.findings, rules):
+            (reasons if miss.level == "FAIL" else doubts)[p.node].append(miss.line)
+
+    for f in soak or []:
+        node = f.subject.rsplit(" on ", 1)[-1]  # "rank 3 cuda:1 on gpu-07"
+        if node in reasons and f.severity != "info":
+            (reasons if f.severity == "critical" else doubts)[node].append(f"burn-in: {f.what} ({f.action})")
 
     fleet.odd_facts = agreement.odd_facts(fleet.probes)
     for odd in fleet.odd_facts:

@@ -14,6 +14,7 @@ from pathlib import Path
 from clusterbench.analyse import bands
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, evaluate, load_rules
+from clusterbench.nodechecks import BANDED
 from clusterbench.results.documents import Baseline, MetricStats
 from clusterbench.results.fleet import Band
 from clusterbench.store.history import DAY_S, Daily, Point, Stats
@@ -126,7 +127,7 @@ def regressions(points: list[Point], rules: list[Rule], window: int = WINDOW) ->
 
 def band_metrics() -> list[str]:
     """The figures a baseline learns bands of: a node's own (section 16), as the store names them."""
-    return [NODE_PREFIX + m for m in bands.METRICS]
+    return [NODE_PREFIX + m for m in BANDED]
 
 
 def baseline(stats: list[Stats], values: list[tuple[str, str, float]], klass: str,

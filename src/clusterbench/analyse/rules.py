@@ -15,6 +15,8 @@
                                                 # must not pass), skip (listed as not judged),
                                                 # ignore (not listed), WARN or FAIL
         summary: all_reduce busbw against the link's theoretical figure
+        action: reset the GPU                   # what to do when it misses, shown beside the verdict
+                                                # (the node rules give one to each); default: none
 
 A rule about a stage that did not run (no comm rows, no train section) is not judged, whatever
 its `missing` says; a figure that is NaN or infinite is missing (metrics.py), so no rule passes it.
@@ -50,7 +52,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt,
 }
 _CRITERIA = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)\s*")
-_KEYS = {"name", "metric", "function", "criteria", "summary", "level", "missing", "origin"}
+_KEYS = {"name", "metric", "function", "criteria", "summary", "level", "missing", "origin", "action"}
 ORIGINS = ("given", "file", "shipped")
 # ">= 0.9" and the like; a longer text is no criteria, and _CRITERIA's digits would backtrack over it.
 _CRITERIA_MAX = 64
@@ -66,6 +68,7 @@ class Rule:
     level: str = "FAIL"
     missing: str = "error"
     origin: tuple[str, ...] = ("given",)  # the expected figures a rule of function expected judges against
+    action: str = ""  # what to do about a miss, in words; "": the rule recommends nothing
 
     def test(self, x: float) -> bool:
         op, limit = _parse_criteria(self.criteria, self.name)
@@ -157,8 +160,11 @@ def _rule(item: Any, index: int, path: Path) -> Rule:
     if not set(origin) <= set(ORIGINS):
         raise UsageError(f"{where}: origin {clipped(repr(item.get('origin')))} must be one or more of "
                          f"{', '.join(ORIGINS)}")
+    action = _text(item, "action", where, "")
+    if not action.isprintable():
+        raise UsageError(f"{where}: action must be one line of text")
     return Rule(name, tuple(metric), criteria=criteria, summary=_text(item, "summary", where, ""),
-                origin=tuple(origin), **chosen)
+                origin=tuple(origin), action=action, **chosen)
 
 
 def _parse_criteria(text: str, where: str) -> tuple[str, float]:
@@ -254,6 +260,6 @@ def _judge(rule: Rule, name: str, metrics: Metrics, reference: dict[str, float] 
     ok = checked is not None and math.isfinite(checked) and rule.test(checked)
     if not ok:
         subject = {"value": name, "change": "change", "expected": "value / expected"}[rule.function]
-        words += f"; rule: {subject} {rule.criteria.strip()}"
+        words += f"; rule: {subject} {rule.criteria.strip()}" + (f"; action: {rule.action}" if rule.action else "")
     return RuleResult(rule.name, name, value, base, checked, rule.criteria, "PASS" if ok else rule.level,
                       rule.summary, words)

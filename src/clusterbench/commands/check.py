@@ -31,8 +31,10 @@ from typing import Any
 
 from clusterbench import args as argtypes
 from clusterbench import publish
+from clusterbench.analyse import node_rules
 from clusterbench.analyse.bands import JUDGES_FROM
 from clusterbench.analyse.baseline import bands_of
+from clusterbench.analyse.rules import Rule
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 from clusterbench.fleet import actions
@@ -65,6 +67,7 @@ class CheckOptions:
     bands: list[Band] | None  # from --baseline; None: no baseline judges the figures
     tolerance: float
     numerics_steps: int
+    rules: list[Rule]  # the node rules the counters are judged by
     node: str
     drain: bool
     resume: bool
@@ -83,6 +86,7 @@ class Outcome:
     klass: str = ""
     figures: dict[tuple[str, str], float] = field(default_factory=dict)  # (device, metric): the last value
     checks: int = 0
+    warnings: list[str] = field(default_factory=list)  # node rules of level WARN the counters missed
     done: bool = False
     reason: str | None = None  # None: healthy
     proof: bool = False  # the reason is the node's: it may be drained for it
@@ -103,6 +107,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "spreads or half the median (default 0.1, as clusterbench fleet)")
     p.add_argument("--numerics-steps", dest="numerics_steps", type=argtypes.whole(0, 100), default=4,
                    help="steps of the numerics task each device trains; 0: none (default 4)")
+    p.add_argument("--node-rules", type=Path, metavar="FILE",
+                   help="judge the node's error counters and events by these rules (the form of `run --rules`; "
+                        "default: the shipped node_rules.yaml, as clusterbench fleet)")
     p.add_argument("--node", help="this node's name in Slurm (default: SLURMD_NODENAME, else the short host name)")
     p.add_argument("--drain-on-fail", dest="drain", action="store_true",
                    help="on failure, drain this node with scontrol, the reason beginning 'clusterbench check:'")
@@ -139,7 +146,8 @@ def prepare(args: argparse.Namespace) -> CheckOptions:
         raise UsageError(f"--baseline {args.baseline}: its bands stand on {max(b.nodes for b in bands)} node(s) at "
                          f"most, and a band of fewer than {JUDGES_FROM} judges nobody (a fleet run of {JUDGES_FROM} "
                          "nodes of a class or more makes one)")
-    return CheckOptions(args.budget, args.gpus, bands, args.tolerance, args.numerics_steps, node, args.drain,
+    return CheckOptions(args.budget, args.gpus, bands, args.tolerance, args.numerics_steps,
+                        node_rules.load(args.node_rules), node, args.drain,
                         args.resume, args.dry_run, args.verbose, publish.outputs_of(args))
 
 
@@ -233,7 +241,7 @@ def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
             return
         try:
             tell("passed", health.run(options.gpus, options.bands, options.tolerance, options.numerics_steps,
-                                      deadline, tell))
+                                      deadline, tell, options.rules))
         except health.Unhealthy as e:
             tell("failed", str(e))
         except health.NotJudged as e:
@@ -256,6 +264,10 @@ def _take(outcome: Outcome, kind: str, value: Any, verbose: bool) -> None:
         outcome.figures[(device, metric)] = figure
         if verbose:
             print(f"  {device} {metric} {figure:.4g}{' (measured again)' if again else ''}", flush=True)
+    elif kind == "warning":
+        outcome.warnings.append(value)
+        if verbose:
+            print(f"  warning: {value}", flush=True)
     elif kind == "passed":
         outcome.done, outcome.checks = True, value
     elif kind == "failed":
@@ -273,6 +285,7 @@ def conclude(options: CheckOptions, outcome: Outcome, seconds: float) -> int:
     """The one line, this node drained or resumed as asked, and the exit code."""
     if outcome.reason is None:
         line = f"clusterbench check: healthy: {options.node} ({outcome.what}, {outcome.checks} checks, {seconds:.1f} s)"
+        line += "".join(f"; warning: {w}" for w in outcome.warnings)
         try:
             line += _resume(options) if options.resume else ""
         except RunFailed as e:

@@ -1,8 +1,9 @@
-"""A node's own health checks (docs/methodology.md §20), in order: its devices are there and sound, each
-measures what a fleet run measured of its hardware class, and each trains the numerics task to finite
-losses, on a node of several devices the same bit for bit. A check that fails raises Unhealthy with the
-reason in one line. The figures are measured as the fleet's node-local phase measures them, so that a
-fleet run's bands can judge them."""
+"""A node's own health checks (docs/methodology.md §20): the node checks of nodechecks.NODE_CHECKS on one node,
+in order: its devices are there, its error counters and events pass the node rules, each device measures what a
+fleet run measured of its hardware class, and each trains the numerics task to finite losses, on a node of
+several devices the same bit for bit. A check that fails raises Unhealthy with the reason in one line. The
+figures are measured through fleet/measures.py as the fleet's node-local phase measures them, so that a fleet
+run's bands can judge them."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from typing import Any
 
 import torch
 
-from clusterbench.analyse import agreement, bands
+from clusterbench.analyse import agreement, bands, node_rules
 from clusterbench.analyse.fleet import node_class
+from clusterbench.analyse.rules import Rule
 from clusterbench.devices import device_name
-from clusterbench.fleet import numerics
-from clusterbench.fleet.local import MATMUL_N
-from clusterbench.hw import nvml, peaks
+from clusterbench.fleet import measures, numerics
+from clusterbench.fleet.local import BANDED_CHECKS
+from clusterbench.hw import counters
 from clusterbench.hw.host import cpu
+from clusterbench.nodechecks import NODE_CHECKS
 from clusterbench.results.fleet import Band, Numerics
 
 PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
@@ -28,11 +31,9 @@ PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
 # numerics task and the slack before the deadline need the rest.
 PEAK_SHARE = 0.25
 MIN_PEAK_SECONDS = 0.02
-# NVML's C enum values (a stable ABI), literal as in telemetry/gpu.py.
-_ECC_UNCORRECTED, _ECC_VOLATILE = 1, 0
 
 # What the checks tell their watcher as they go: ("check", name), ("node", (what, klass)),
-# ("figure", (device, metric, value, measured_again)).
+# ("figure", (device, metric, value, measured_again)), ("warning", line).
 Tell = Callable[[str, Any], None]
 
 
@@ -62,24 +63,43 @@ class Node:
 
 
 def run(gpus: int | None, baseline: list[Band] | None, tolerance: float, steps: int, deadline: float,
-        tell: Tell) -> int:
-    """Every check, in order, within `deadline` (time.monotonic()); how many passed. Raises Unhealthy."""
+        tell: Tell, rules: list[Rule] | None = None) -> int:
+    """The node checks (nodechecks.NODE_CHECKS), in order, within `deadline` (time.monotonic()); how many passed.
+    Raises Unhealthy. The counters are judged by `rules` (None: the shipped node rules); a WARN is told."""
     tell("check", "devices")
     node = devices(gpus)
     tell("node", (node.what, node.klass))
     mine = None if baseline is None else bands_of(node, baseline)
-    tell("check", "peaks")
-    left = deadline - time.monotonic()
-    seconds = max(MIN_PEAK_SECONDS, min(PEAK_SECONDS, PEAK_SHARE * left / (4 * len(node.devices))))
-    found = {d.label: measure(d, seconds, tell) for d in node.devices}
+    first = node.devices[0]
+    gpus_seen = tuple(d.device for d in node.devices if d.device.type == "cuda")
+    tell("check", "counters")
+    on = measures.On(first.device, first.name, 0.0, counters_of=tuple(counters.visible_gpus()))
+    found = measures.run_checks(on, {"node"}, ("counters",))
+    for miss in node_rules.judge(found.counts, found.findings, rules if rules is not None else node_rules.load()):
+        if miss.level == "FAIL":
+            raise Unhealthy(miss.line)
+        tell("warning", miss.line)
     checks = 2
+    left = deadline - time.monotonic()
+    cost = sum(c.cost for c in NODE_CHECKS.values() if c.figures and (not c.gpu_only or gpus_seen))
+    # Measured again included: twice the cost at most.
+    seconds = max(MIN_PEAK_SECONDS, min(PEAK_SECONDS, PEAK_SHARE * left / (2 * cost * len(node.devices))))
+    tell("check", "peaks")
+    figures = {d.label: measure(d, seconds, tell) for d in node.devices}
+    checks += 1
+    if len(gpus_seen) > 1:
+        tell("check", "peer copies")
+        on = measures.On(first.device, first.name, seconds, devices=gpus_seen)
+        for metric, value in measures.run_checks(on, {"node"}, ("peer_copies",)).figures.items():
+            tell("figure", ("node", metric, value, False))
+        checks += 1
     if steps:
         tell("check", "numerics")
         vote(node, steps)
         checks += 1
     if mine is not None:
         tell("check", "baseline")
-        judge(node, found, mine, tolerance, lambda d: measure(d, seconds, tell, again=True))
+        judge(node, figures, mine, tolerance, lambda d: measure(d, seconds, tell, again=True))
         checks += 1
     return checks
 
@@ -95,30 +115,7 @@ def devices(gpus: int | None) -> Node:
         name = device_name(dev)
         return Node([Device(dev, name)], node_class(name, 0, cores), "cpu")
     found = [Device(torch.device("cuda", i), torch.cuda.get_device_name(i)) for i in range(count)]
-    for d in found:
-        faults = nvml_faults(str(torch.cuda.get_device_properties(d.device).uuid))
-        if faults:
-            raise Unhealthy(f"{d.label}: {'; '.join(faults)}")
     return Node(found, node_class(found[0].name, count, cores), f"{count} x {found[0].name}")
-
-
-def nvml_faults(uuid: str) -> list[str]:
-    """What NVML says is wrong with the memory of the GPU torch calls `uuid`, each needing a reset at
-    least; nothing where NVML cannot tell."""
-    with nvml.session() as (lib, _):
-        if lib is None:  # the figures and the numerics still judge the device
-            return []
-        handle = nvml.handle_of(lib, uuid)
-        ecc = nvml.call(lib, "nvmlDeviceGetTotalEccErrors", handle, _ECC_UNCORRECTED, _ECC_VOLATILE)
-        pending = nvml.call(lib, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
-        rows = nvml.call(lib, "nvmlDeviceGetRemappedRows", handle)  # (corrected, uncorrected, pending, failed)
-    faults = [f"{ecc} uncorrectable ECC errors since the driver loaded"] if ecc else []
-    faults += ["retired pages pending a reset"] if pending else []
-    if rows is not None and rows[3]:
-        faults.append("a row remap failed: the memory has no spare rows left")
-    elif rows is not None and rows[2]:
-        faults.append("row remaps pending a reset")
-    return faults
 
 
 def bands_of(node: Node, baseline: list[Band]) -> list[Band]:
@@ -134,10 +131,9 @@ def bands_of(node: Node, baseline: list[Band]) -> list[Band]:
 
 
 def measure(d: Device, seconds: float, tell: Tell, again: bool = False) -> dict[str, float]:
-    """The device's matmul TFLOP/s and copy GB/s, as the fleet's node-local phase measures them."""
-    dtype = "bfloat16" if d.device.type == "cuda" else "float32"
-    peak = peaks.measure_device(str(d.device), d.name, [dtype], MATMUL_N.get(d.device.type), seconds)
-    figures = {"matmul_tflops": peak.matmul[0].tflops, "copy_gbps": peak.copy.gbps}
+    """The device's figures the bands judge, as the fleet's node-local phase measures them."""
+    on = measures.On(d.device, d.name, seconds)
+    figures = measures.run_checks(on, {"device"}, BANDED_CHECKS).figures
     for metric, value in figures.items():
         tell("figure", (d.label, metric, value, again))
     return figures

@@ -28,3 +28,5 @@ class FleetOptions:
     partners: int | None = None  # sampled: distinct partners per node; None: coverage.PARTNERS
     seed: int | None = None  # sampled: what draws the pairings; None: drawn by rank 0, recorded
     topology: Path | None = None  # node -> leaf switch: Slurm's topology.conf, or `NODE SWITCH` lines
+    node_rules: Path | None = None  # how the counters are judged; None: the shipped node rules
+    burnin: float | None = None  # seconds every device soaks after the node-local phase; None: no burn-in

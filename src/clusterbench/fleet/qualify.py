@@ -1,7 +1,8 @@
 """The fleet's work on every rank (docs/methodology.md §16): the node-local phase (each node's
-picture, facts, figures and numerics, every node at once), the nodes whose figures fell out of the
-fleet's band measured again alone, the pairwise rounds between nodes (one rank each), the retests,
-and with --global the all_reduce across nodes. Rank 0 records each part as it arrives, so a node
+picture, facts, figures and numerics, every node at once), with --burnin every device soaked for a
+duration (burnin/), the nodes whose figures fell out of the fleet's band measured again alone, the
+pairwise rounds between nodes (one rank each), the retests, and with --global the all_reduce across
+nodes. Rank 0 records each part as it arrives, so a node
 that dies takes nothing measured with it.
 """
 
@@ -13,19 +14,22 @@ import time
 import torch.distributed as dist
 
 from clusterbench.analyse import bands
+from clusterbench.burnin.plan import BurninPlan
+from clusterbench.burnin.soak import soak
 from clusterbench.comm import scopes
 from clusterbench.comm.pairwise import PAIR_BYTES, measure_rounds
 from clusterbench.errors import UsageError
 from clusterbench.fleet import coverage, links, local
 from clusterbench.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.inputs.topology import Topology
+from clusterbench.nodechecks import BANDED
 from clusterbench.rank import Rank
 from clusterbench.report.fleet import SHOWN_ALL
 from clusterbench.results.fleet import Fleet
 from clusterbench.results.schema import CommOptions
 
 
-def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None) -> None:
+def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None, burnin: BurninPlan | None = None) -> None:
     worker = rank.worker
     nodes = scopes.node_order(list(worker.members))
     if len(nodes) < 2:
@@ -50,10 +54,16 @@ def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None) ->
         fleet.probes, fleet.numerics = local.assemble(parts, nodes)
         rank.folder.record(fleet=fleet)
         for p in fleet.probes[:SHOWN_ALL]:
-            rank.say(f"#   {p.node}: " + ", ".join(f"{bands.METRICS[k]} {v:.3g}" for k, v in p.metrics.items()))
+            rank.say(f"#   {p.node}: " + ", ".join(f"{BANDED[k]} {v:.3g}" for k, v in p.metrics.items()))
         if len(fleet.probes) > SHOWN_ALL:
             rank.say(f"#   and {len(fleet.probes) - SHOWN_ALL} more nodes (each one's figures: run.json, the report)")
     clock.lap("node-local")
+
+    if burnin is not None:
+        rank.progress.at("the burn-in")
+        rank.say(f"# burn-in: every device of every node under load for {burnin.duration_s:g} s")
+        soak(rank, burnin)
+        clock.lap("burn-in")
 
     rank.progress.at("the node-local rechecks")
     figures = {p.node: (p.klass, p.metrics) for p in fleet.probes}
@@ -62,9 +72,9 @@ def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None) ->
     if again[0]:
         rank.say(f"# measured again alone: {', '.join(again[0])}")
         chosen = {n: nodes[n] for n in again[0]}
-        parts = _gathered(rank, local.measure(worker, chosen, groups, plan.peak_seconds, 0))
+        parts = _gathered(rank, local.measure(worker, chosen, groups, plan.peak_seconds, 0, local.BANDED_CHECKS))
         if rank.folder is not None:  # saved with the plan of pairs, next
-            fleet.rechecks = {p.node: p.metrics for p in local.assemble(parts, chosen)[0]}
+            fleet.rechecks = local.rechecked(parts)
     clock.lap("rechecks")
 
     leaders = [ranks[0] for ranks in nodes.values()]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import statistics
 
-from clusterbench.analyse import bands
+from clusterbench.nodechecks import BANDED
 from clusterbench.report.blocks import card, cards, details, esc, note, num, section, table
 from clusterbench.results.fleet import Fleet, NodeRow
 
 SHOWN_ALL = 32
-COLUMNS = {**bands.METRICS, "send_gbps": "sends Gbps", "recv_gbps": "receives Gbps", "latency_us": "latency us"}
+COLUMNS = {**BANDED, "send_gbps": "sends Gbps", "recv_gbps": "receives Gbps", "latency_us": "latency us"}
 LOWER_IS_BETTER = {"latency_us"}
 STATUS = {"PASS": "PASS", "SUSPECT": "WARN", "EXCLUDE": "FAIL"}
 

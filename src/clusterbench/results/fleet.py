@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from clusterbench.results.codec import NONNEGATIVE, TICKS_US, bounds
+from clusterbench.results.findings import Finding
 
 NodeVerdict = Literal["PASS", "SUSPECT", "EXCLUDE"]
 
@@ -26,7 +27,9 @@ class NodeProbe:
     ranks: list[int] = field(metadata=NONNEGATIVE)
     facts: dict[str, str]  # what the fleet's nodes must agree on: driver, kernel, GPU count, ... (§16)
     klass: str  # the hardware class it is judged within: its devices' model and count
-    metrics: dict[str, float] = field(metadata=NONNEGATIVE)  # matmul TFLOP/s, copy GB/s, intra-node busbw
+    metrics: dict[str, float] = field(metadata=NONNEGATIVE)  # the node checks' figures the bands judge
+    counts: dict[str, float] = field(default_factory=dict, metadata=NONNEGATIVE)  # counters the node rules judge
+    findings: list[Finding] = field(default_factory=list)  # what the counters found, with actions
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError, one_line
 from clusterbench.results import codec, documents, table_csv
+from clusterbench.results.burnin import TABLE as BURNIN
 from clusterbench.results.schema import Env, Run
 from clusterbench.results.telemetry import TABLE as TELEMETRY
 from clusterbench.secrets import masked_argv
@@ -36,6 +37,8 @@ IN_CSV = {"pairs": "pair_rows"}
 # Every pair of 2,048 nodes (--pairs all) is 4.2 million rows, about 340 MB of pairs.csv: read, but not past this.
 IN_CSV_LIMIT = 1024**3
 CSV_ONLY = (*IN_CSV, TELEMETRY)
+# Stages' own tables: rows of a section of Run.extra, appended to <name>.csv as they arrive (append_csv).
+OWN_TABLES = (BURNIN,)
 NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
 FLIGHT_DUMPS = "flight"  # the subfolder of per-rank Flight Recorder dumps (a run whose ranks hung or timed out)
 RANK_FOLDERS = (NCCL_LOGS, FLIGHT_DUMPS)
@@ -47,7 +50,7 @@ SAVES_APART = 50
 
 def result_files(path: Path) -> list[Path]:
     """Every file a run may leave in its folder, beside the NCCL logs."""
-    return [path / "run.json", *(path / f"{t}.csv" for t in TABLES + CSV_ONLY), path / "report.html"]
+    return [path / "run.json", *(path / f"{t}.csv" for t in TABLES + CSV_ONLY + OWN_TABLES), path / "report.html"]
 
 
 def default_run_dir(command: str) -> Path:
@@ -126,10 +129,12 @@ class RunFolder:
         """How far apart a hot loop's saves of run.json should lie: SAVES_APART times the last one's duration."""
         return SAVES_APART * self.save_s
 
-    def record_extra(self, name: str, record: Any) -> None:
-        """Set a section the schema does not name (a stage's own: docs/architecture.md) and save."""
+    def record_extra(self, name: str, record: Any, min_interval_s: float = 0.0) -> None:
+        """Set a section the schema does not name (a stage's own: docs/architecture.md) and save: a hot loop
+        passes min_interval_s, as to record(), and records its section once more at its end."""
         self.run.extra[name] = codec.dump(record)
-        self.save()
+        if time.monotonic() - self._saved_at >= min_interval_s:
+            self.save()
 
     def append(self, table: str, row: Any, min_interval_s: float = 0.0) -> None:
         """Add a row to a table of run.json and to <table>.csv.
@@ -148,6 +153,17 @@ class RunFolder:
         if rows:
             self._add_rows(table, rows)
 
+    def append_csv(self, table: str, rows: list[Any]) -> None:
+        """Rows of one of OWN_TABLES, appended to <table>.csv in one write (the whole file written where it is
+        new); their section of Run.extra is the stage's to record."""
+        if not rows:
+            return
+        if table not in self._csv_rows:
+            self.write_csv(table, rows)
+            self._csv_rows[table] = len(rows)
+        else:
+            self._append_csv(table, rows)
+
     def flush(self) -> None:
         """run.json with the rows appended since its last save: the CSVs hold them already."""
         self.save()
@@ -160,6 +176,10 @@ class RunFolder:
         if self._csv_rows.get(table) != len(kept) - len(rows):
             self._write_csv(table)
             return
+        self._append_csv(table, rows)
+
+    def _append_csv(self, table: str, rows: list[Any]) -> None:
+        """`rows` at the end of <table>.csv, which holds its header already, in one write."""
         buf = io.StringIO()
         csv.DictWriter(buf, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n").writerows(
             codec.dump(r) for r in rows)

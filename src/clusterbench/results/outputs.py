@@ -57,7 +57,7 @@ OUTPUTS = {
     "save_reference": Output("--save-reference", "a loss reference", _reference),
 }
 # Options that name what a command reads, beside the positional runs: never written over.
-_INPUTS = ("baseline", "topology", "rules", "expected", "reference", "runs", "run_dir", "run_a", "run_b", "run",
+_INPUTS = ("baseline", "topology", "rules", "node_rules", "expected", "reference", "runs", "run_dir", "run_a", "run_b", "run",
            "target")
 
 

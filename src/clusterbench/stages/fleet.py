@@ -10,18 +10,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterbench import args as argtypes
+from clusterbench.analyse import burnin as burnin_analysis
 from clusterbench.analyse import fleet as conclusion
+from clusterbench.analyse import node_rules
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.rules import Rule
+from clusterbench.burnin import plan as burnin_plan
+from clusterbench.burnin.plan import BurninPlan
 from clusterbench.errors import UsageError
 from clusterbench.fleet import actions, coverage
 from clusterbench.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.inputs import topology
 from clusterbench.inputs.topology import Topology
 from clusterbench.report.blocks import Part
+from clusterbench.results import codec
+from clusterbench.results.burnin import TABLE
 from clusterbench.results.fleet import Band
 from clusterbench.results.schema import Run
 from clusterbench.shape import JobShape
+from clusterbench.stages import burnin as burnin_stage
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.stages.train import MODEL_IMPORTS
 
@@ -34,6 +42,8 @@ class FleetJob:
     options: FleetOptions  # what the ranks do and the conclusion acts on
     bands: list[Band] = field(default_factory=list)  # from --baseline; empty: learned from this fleet
     topology: Topology | None = None  # from --topology, read before any rank starts
+    counter_rules: list[Rule] = field(default_factory=list)  # from --node-rules, or the shipped node rules
+    burnin: BurninPlan | None = None  # from --burnin: the soak after the node-local phase
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,6 +78,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="judge the nodes by the bands of an earlier fleet run (its folder or run.json), or of a "
                         "baseline from the store (baseline --from-store), of this hardware class, not by this "
                         "fleet's own")
+    p.add_argument("--node-rules", type=Path, metavar="FILE",
+                   help="judge the nodes' error counters and events by these rules (the form of --rules; default: "
+                        "the shipped node_rules.yaml, which `clusterbench check` applies too)")
+    p.add_argument("--burnin", type=burnin_plan.duration, metavar="DURATION",
+                   help="after the node-local phase, every device of every node under sustained load for DURATION "
+                        "(90, 10m, 2h: clusterbench burnin's soak); what only time shows excludes its node")
     p.add_argument("--exclude-out", type=Path, metavar="FILE", help="write the excluded nodes there, one per line")
     p.add_argument("--drain", action="store_true", help="under Slurm: drain the excluded nodes with scontrol")
     p.add_argument("--dry-run", action="store_true", help="with --drain: print the scontrol commands, run none")
@@ -93,7 +109,10 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
         if opts.one_node_ok:
             raise NotRun()
         raise UsageError(ONE_NODE)
-    return FleetJob(opts, bands, found)
+    soak = None
+    if opts.burnin is not None:
+        soak = burnin_plan.plan_of(burnin_plan.BurninOptions(duration=opts.burnin), None, context.shape.local_ranks)
+    return FleetJob(opts, bands, found, node_rules.load(opts.node_rules), soak)
 
 
 def _baseline(path: Path, shape: JobShape) -> list[Band]:
@@ -123,7 +142,7 @@ def this_class(shape: JobShape) -> str:
 def work(rank: Rank, job: FleetJob) -> None:
     from clusterbench.fleet.qualify import qualify  # torch: only on the ranks
 
-    qualify(rank, job.options, job.topology)
+    qualify(rank, job.options, job.topology, job.burnin)
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
@@ -131,7 +150,7 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
 
     if run.fleet is None or not run.fleet.nodes:
         return []
-    return [Part("nodes", "Nodes", fleet_section(run.fleet))]
+    return [Part("nodes", "Nodes", fleet_section(run.fleet)), *burnin_stage.report(run, metrics)]
 
 
 def conclude(run: Run, job: FleetJob) -> None:
@@ -139,7 +158,12 @@ def conclude(run: Run, job: FleetJob) -> None:
         return
     from clusterbench.report.fleet import SHOWN_ALL  # the report folds the passing rows past as many
 
-    fleet = conclusion.conclude(run, run.fleet, job.bands)
+    soaked = burnin_analysis.section(run)
+    if soaked is not None:
+        soaked = burnin_analysis.conclude(soaked, run.telemetry, run.status != "complete", soaked.counters)
+        run.extra[TABLE] = codec.dump(soaked)
+    fleet = conclusion.conclude(run, run.fleet, job.bands, job.counter_rules,
+                                soaked.findings if soaked is not None else [])
     print(f"\n== fleet: {len(fleet.nodes)} nodes", flush=True)
     if fleet.coverage is not None:
         print(f"  pairs: {fleet.coverage.summary()}")

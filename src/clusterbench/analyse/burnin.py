@@ -1,0 +1,346 @@
+"""A burn-in judged (docs/burnin.md): what only time shows, from its windows and the telemetry sampled meanwhile.
+
+Per device and figure (matmul TFLOP/s, memory GB/s; the all_reduce's busbw once, the job's), a drift: the
+figure falls over the soak and stays down. Two shapes are looked for, and the one that fits the series better
+is reported: a step (the split into two segments of at least MIN_SIDE windows each that leaves the least
+squared error, where the later segment's median is below (1 - tolerance) x the earlier's, by more than the
+noise of the medians), and a steady decline (a Theil-Sen line whose fitted end is below (1 - tolerance) x its
+fitted start, its trend significant by Mann-Kendall). Words read back wrong, a repeat that changed, and a
+device outvoted by the others of its kind are each critical. From telemetry: clocks held down by heat or
+power, ECC counts that grew, the hottest device.
+
+Metrics: burnin.windows (the fewest any device measured), burnin.partial, burnin.wrong_words,
+burnin.repeat_changed (devices whose result changed), burnin.outvoted (devices outside their kind's majority),
+burnin.drift (drifting series), burnin.matmul_tflops.min / .median, burnin.memory_gbps.min / .median,
+burnin.busbw_gbps.median, burnin.throttled (devices), burnin.temperature_c.max.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.telemetry import PROBLEMS, THROTTLED_SHARE
+from clusterbench.results import codec
+from clusterbench.results.burnin import TABLE, Burnin, Window, WrongWord
+from clusterbench.results.findings import Finding
+from clusterbench.results.schema import Run
+from clusterbench.results.telemetry import DeviceStage, Telemetry
+
+MIN_SIDE = 3  # windows on each side of a step: fewer cannot tell a step from a slow window
+NOISE_SIGMAS = 3.0  # a step is real where the medians differ by more than this many standard errors
+TREND_Z = 3.0  # Mann-Kendall's |z| a steady decline must reach
+LINE_POINTS = 200  # the Theil-Sen line is fitted to at most this many windows, evenly thinned (its cost is n²)
+SHOWN = 3  # wrong words, ranks or windows named in one line
+SEVERITIES = ("critical", "warning", "info")  # the gravest first
+# (field of Window, its name in words, what to do when it drifts)
+FIGURES = (
+    ("matmul_tflops", "matmul TFLOP/s",
+     ("look at its clocks, temperature and power in the telemetry: a device that slows under sustained load is "
+     "throttling (cooling, power delivery, a power cap); fix the cooling or reseat it, and RMA it if it persists")),
+    ("memory_gbps", "memory GB/s",
+     ("look at its memory clock and temperature in the telemetry: memory that slows under load is overheating or "
+     "retraining; fix the cooling, and RMA the part if it persists")),
+    ("busbw_gbps", "all_reduce busbw Gbps",
+     ("check the links between the ranks (cables, NIC or NVLink errors, the switch port) and rerun `clusterbench "
+     "fleet` to find the node or link that slowed")),
+)
+_ACTIONS = {name: action for name, _, action in FIGURES}
+_WORDS = {name: words for name, words, _ in FIGURES}
+MEMORY_ACTION = "the memory flips bits: drain the node and RMA the part (HBM/DRAM)"
+CORRUPTION_ACTION = ("the device computes wrong results silently: drain the node, rerun the burn-in to confirm, "
+                     "and RMA the device")
+THROTTLE_ACTION = "check the cooling (fans, airflow, inlet temperature) and the power supply of the device"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A figure of one device that fell over the soak and stayed down."""
+
+    subject: str
+    figure: str  # a field of Window
+    shape: str  # "step" or "decline"
+    start_s: float  # where it began: the end of the last window before the step, or the first window's
+    end_s: float  # the last window's end
+    before: float  # the earlier segment's median, or the line's fitted start
+    after: float  # the later segment's median, or the line's fitted end
+
+    @property
+    def fell(self) -> float:
+        return 1 - self.after / self.before
+
+    def finding(self) -> Finding:
+        words = _WORDS[self.figure]
+        when = f"from {self.start_s:.1f} s on" if self.shape == "step" else "steadily over the soak"
+        return Finding(self.subject, f"{words} fell {self.fell:.0%} {when} ({self.before:.3g} -> {self.after:.3g})",
+                       "critical", _ACTIONS[self.figure])
+
+
+def section(run: Run) -> Burnin | None:
+    """The run's burn-in, or None where it has none."""
+    return codec.load(Burnin, run.extra[TABLE], TABLE) if TABLE in run.extra else None
+
+
+def subject(w: Window) -> str:
+    return f"rank {w.rank} {w.device} on {w.node}"
+
+
+def series(windows: Iterable[Window]) -> dict[int, list[Window]]:
+    """Each rank's windows in the order of time."""
+    by: dict[int, list[Window]] = {}
+    for w in windows:
+        by.setdefault(w.rank, []).append(w)
+    return {rank: sorted(rows, key=lambda w: w.t_s) for rank, rows in sorted(by.items())}
+
+
+def expected_windows(b: Burnin) -> int:
+    return max(1, round(b.duration_s / b.window_s))
+
+
+def partial(b: Burnin) -> bool:
+    """Cut short: said so, or some device measured fewer windows than the soak has."""
+    by = series(b.windows)
+    return b.partial or not by or min(len(rows) for rows in by.values()) < expected_windows(b)
+
+
+# --- drifts ---------------------------------------------------------------------------------------------------
+
+
+def drifts(b: Burnin) -> list[Drift]:
+    """Every series that drifts: each device's matmul and memory figures, and the job's busbw once (every rank
+    holds the same, the slowest rank's time)."""
+    found = []
+    by = series(b.windows)
+    for rank, rows in by.items():
+        for figure, _, _ in FIGURES:
+            if figure == "busbw_gbps" and rank != min(by):
+                continue
+            who = f"all_reduce among {len(by)} ranks" if figure == "busbw_gbps" else subject(rows[0])
+            points = [(w.t_s, getattr(w, figure)) for w in rows if getattr(w, figure) is not None]
+            drift = find_drift([t for t, _ in points], [v for _, v in points], b.tolerance)
+            if drift is not None:
+                found.append(replace(drift, subject=who, figure=figure))
+    return found
+
+
+def find_drift(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> Drift | None:
+    """The drift of one series of figures against time (a step down or a steady decline), or None: flat, noisy
+    within its tolerance, rising, or too short to tell (fewer than 2 x MIN_SIDE windows). The subject and figure
+    are left for the caller."""
+    if len(ys) < 2 * MIN_SIDE or len(ts) != len(ys):
+        return None
+    found = [d for d in (_step(ts, ys, tolerance), _decline(ts, ys, tolerance)) if d is not None]
+    return min(found, key=lambda fit: fit[1])[0] if found else None
+
+
+def _step(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> tuple[Drift, float] | None:
+    """The least-squares split into two segments, judged by their medians: (the drift, its absolute residual)."""
+    n = len(ys)
+    sums = list(itertools.accumulate(ys, initial=0.0))
+    squares = list(itertools.accumulate((y * y for y in ys), initial=0.0))
+
+    def sse(i: int, j: int) -> float:  # the squared error of ys[i:j] about its mean
+        return squares[j] - squares[i] - (sums[j] - sums[i]) ** 2 / (j - i)
+
+    k = min(range(MIN_SIDE, n - MIN_SIDE + 1), key=lambda k: sse(0, k) + sse(k, n))
+    early, late = statistics.median(ys[:k]), statistics.median(ys[k:])
+    if not early > 0 or late >= (1 - tolerance) * early:
+        return None
+    residuals = [abs(y - early) for y in ys[:k]] + [abs(y - late) for y in ys[k:]]
+    sigma = 1.4826 * statistics.median(residuals)  # the residuals' spread, robust to a stray window
+    noise = 1.2533 * sigma * math.sqrt(1 / k + 1 / (n - k))  # the standard error of a median, per segment
+    if early - late <= NOISE_SIGMAS * noise:
+        return None
+    return Drift("", "", "step", ts[k - 1], ts[-1], early, late), sum(residuals)
+
+
+def _decline(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> tuple[Drift, float] | None:
+    """A Theil-Sen line through the series, judged by its fitted start and end: (the drift, its absolute residual)."""
+    step = max(1, math.ceil(len(ys) / LINE_POINTS))
+    pts = list(zip(ts[::step], ys[::step]))
+    slopes = [(y2 - y1) / (t2 - t1) for (t1, y1), (t2, y2) in itertools.combinations(pts, 2) if t2 > t1]
+    if len(pts) < 2 * MIN_SIDE or not slopes:
+        return None
+    slope = statistics.median(slopes)
+    intercept = statistics.median(y - slope * t for t, y in pts)
+    start, end = intercept + slope * ts[0], intercept + slope * ts[-1]
+    if not start > 0 or end >= (1 - tolerance) * start or _mann_kendall(pts) > -TREND_Z:
+        return None
+    residual = sum(abs(y - (intercept + slope * t)) for t, y in zip(ts, ys))
+    return Drift("", "", "decline", ts[0], ts[-1], start, max(end, 0.0)), residual
+
+
+def _mann_kendall(pts: Sequence[tuple[float, float]]) -> float:
+    """The z of Mann-Kendall's trend test (no correction for ties): below -3, a falling trend noise hardly makes."""
+    n = len(pts)
+    s = sum((y2 > y1) - (y2 < y1) for (_, y1), (_, y2) in itertools.combinations(pts, 2))
+    var = n * (n - 1) * (2 * n + 5) / 18
+    return (s - (s > 0) + (s < 0)) / math.sqrt(var)
+
+
+# --- wrong results --------------------------------------------------------------------------------------------
+
+
+def wrong_words(b: Burnin) -> int:
+    return sum(w.wrong_words for w in b.windows)
+
+
+def repeats_changed(b: Burnin) -> dict[int, Window]:
+    """Each rank whose deterministic computation changed from its own first result: its first window that did."""
+    changed: dict[int, Window] = {}
+    for rank, rows in series(b.windows).items():
+        first = next((w for w in rows if w.repeat_same is False), None)
+        if first is not None:
+            changed[rank] = first
+    return changed
+
+
+def outvoted(b: Burnin) -> dict[int, list[Window]]:
+    """Each rank whose deterministic result differed from the majority of the devices of its kind in a window
+    (or that stood in a window whose devices split with no majority): the windows it did."""
+    out: dict[int, list[Window]] = {}
+    windows: dict[tuple[int, str], list[Window]] = {}
+    for rows in series(b.windows).values():
+        for i, w in enumerate(rows):
+            if w.digest is not None:
+                windows.setdefault((i, w.kind), []).append(w)
+    for group in windows.values():
+        votes = Counter(w.digest for w in group)
+        if len(group) < 2 or len(votes) == 1:
+            continue
+        digest, count = votes.most_common(1)[0]
+        majority = digest if count > len(group) / 2 else None
+        for w in group:
+            if w.digest != majority:
+                out.setdefault(w.rank, []).append(w)
+    return out
+
+
+def _words(count: int) -> str:
+    return f"{count} word{'' if count == 1 else 's'}"
+
+
+def _words_text(words: Sequence[WrongWord]) -> str:
+    return ", ".join(f"0x{w.offset:x} (wrote {w.wrote}, read {w.read})" for w in words[:SHOWN])
+
+
+# --- telemetry ------------------------------------------------------------------------------------------------
+
+
+def soak_telemetry(t: Telemetry | None) -> list[DeviceStage]:
+    """Each device's telemetry over the soak (its stage is the burnin stage's, alone or in `run`)."""
+    return [d for d in (t.devices if t else []) if d.stage == TABLE]
+
+
+def _throttled(d: DeviceStage) -> str:
+    held = [(r, share) for r, share in (d.throttle or {}).items() if r in PROBLEMS and share >= THROTTLED_SHARE]
+    return ", ".join(f"{r} in {share:.0%} of the samples" for r, share in held)
+
+
+def _telemetry_findings(rows: list[DeviceStage]) -> list[Finding]:
+    found = []
+    for d in rows:
+        why = _throttled(d)
+        if why:
+            found.append(Finding(d.where, f"clocks held down during the soak: {why}", "warning", THROTTLE_ACTION))
+        for label, spread, severity in (("uncorrected", d.ecc_uncorrected, "critical"),
+                                        ("corrected", d.ecc_corrected, "warning")):
+            if spread is not None and spread.max > spread.min:
+                found.append(Finding(d.where, f"{label} ECC errors grew during the soak ({spread.min:.0f} -> "
+                                              f"{spread.max:.0f})", severity, MEMORY_ACTION))
+    hot = [d for d in rows if d.temperature_c is not None]
+    if hot:
+        top = max(hot, key=lambda d: d.temperature_c.max)
+        found.append(Finding(top.where, f"the hottest device of the soak: {top.temperature_c.max:.0f} °C at most",
+                             "info", "none: for the record"))
+    return found
+
+
+# --- the conclusion and the metrics ---------------------------------------------------------------------------
+
+
+def findings(b: Burnin, telemetry: Telemetry | None) -> list[Finding]:
+    """Everything the soak found: in its memory, its repeats, its vote, its figures over time, its telemetry."""
+    found = []
+    by_rank: dict[int, list[WrongWord]] = {}
+    for word in b.wrong:
+        by_rank.setdefault(word.rank, []).append(word)
+    for rank, rows in series(b.windows).items():
+        count = sum(w.wrong_words for w in rows)
+        if count:
+            words = by_rank.get(rank, [])
+            first = f", first at offset {_words_text(words)}" if words else ""
+            addresses = ", ".join(f"0x{w.offset:x}" for w in words[:SHOWN])
+            found.append(Finding(subject(rows[0]), f"{_words(count)} read back wrong in the memory test{first}",
+                                 "critical", f"{MEMORY_ACTION}; first offsets: {addresses or 'not kept'}"))
+    for rank, w in repeats_changed(b).items():
+        found.append(Finding(subject(w), f"the deterministic computation changed from its first result at "
+                                         f"{w.t_s:.1f} s (same input, same device)", "critical", CORRUPTION_ACTION))
+    for rank, rows in outvoted(b).items():
+        times = ", ".join(f"{w.t_s:.1f} s" for w in rows[:SHOWN]) + (f" and {len(rows) - SHOWN} more"
+                                                                      if len(rows) > SHOWN else "")
+        found.append(Finding(subject(rows[0]), f"the deterministic computation disagreed with the other "
+                                               f"{rows[0].kind} devices in {len(rows)} windows ({times})",
+                             "critical", CORRUPTION_ACTION))
+    found += [d.finding() for d in drifts(b)]
+    return found + _telemetry_findings(soak_telemetry(telemetry))
+
+
+def conclude(b: Burnin, telemetry: Telemetry | None, cut_short: bool, extra: Sequence[Finding] = ()) -> Burnin:
+    """The soak with its findings (and `extra` ones, from elsewhere: the hardware's counters), partial where the
+    run did not complete or a device measured fewer windows than the soak has."""
+    found = findings(b, telemetry) + list(extra)
+    return replace(b, partial=cut_short or partial(b), findings=sorted(found, key=lambda f: SEVERITIES.index(f.severity)))
+
+
+def _put_spread(m: Metrics, name: str, values: list[float], unit: str, *which: str) -> None:
+    if not values:
+        return
+    for stat in which:
+        value = min(values) if stat == "min" else statistics.median(values)
+        m.put(f"{name}.{stat}", value, f"{stat} {value:.4g} {unit} over {len(values)} device windows")
+
+
+def metrics(run: Run, m: Metrics) -> None:
+    b = section(run)
+    if b is None:
+        return
+    by = series(b.windows)
+    if by:
+        m.put("burnin.windows", min(len(rows) for rows in by.values()),
+              f"{min(len(rows) for rows in by.values())} windows per device of {expected_windows(b)}")
+    cut = partial(b)
+    m.put("burnin.partial", cut, f"the soak was cut short after {b.elapsed_s:.1f} s of {b.duration_s:.0f} s"
+          if cut else f"the whole soak, {b.duration_s:.0f} s")
+    count = wrong_words(b)
+    m.put("burnin.wrong_words", count, f"{_words(count)} read back wrong, first at offset {_words_text(b.wrong)}"
+          if count and b.wrong else f"{_words(count)} read back wrong")
+    changed = repeats_changed(b)
+    m.put("burnin.repeat_changed", len(changed), "; ".join(f"{subject(w)} changed at {w.t_s:.1f} s"
+                                                          for w in changed.values()) or "every repeat the same")
+    split = outvoted(b)
+    m.put("burnin.outvoted", len(split), "; ".join(f"{subject(rows[0])} disagreed in {len(rows)} windows"
+                                                   for rows in split.values()) or "every device with its kind's majority")
+    found = drifts(b)
+    m.put("burnin.drift", len(found), "; ".join(f"{d.subject}: {d.finding().what}" for d in found[:SHOWN])
+          or f"no figure fell by more than {b.tolerance:.0%}")
+    _put_spread(m, "burnin.matmul_tflops", [w.matmul_tflops for w in b.windows if w.matmul_tflops is not None],
+                "TFLOP/s", "min", "median")
+    _put_spread(m, "burnin.memory_gbps", [w.memory_gbps for w in b.windows if w.memory_gbps is not None],
+                "GB/s", "min", "median")
+    _put_spread(m, "burnin.busbw_gbps", [w.busbw_gbps for w in b.windows if w.busbw_gbps is not None],
+                "Gbps", "median")
+    rows = soak_telemetry(run.telemetry)
+    judged = [d for d in rows if d.throttle is not None]
+    if judged:
+        held = [d.where for d in judged if _throttled(d)]
+        m.put("burnin.throttled", len(held), f"clocks held down on {', '.join(held)}" if held
+              else f"no clock held down by heat or power on {len(judged)} devices")
+    hot = [d.temperature_c.max for d in rows if d.temperature_c is not None]
+    if hot:
+        m.put("burnin.temperature_c.max", max(hot), f"{max(hot):.0f} °C at most")
