@@ -69,6 +69,7 @@ class Drift:
     end_s: float  # the last window's end
     before: float  # the earlier segment's median, or the line's fitted start
     after: float  # the later segment's median, or the line's fitted end
+    node: str = ""  # the device's node; "": the job's all_reduce, of no one node
 
     @property
     def fell(self) -> float:
@@ -78,7 +79,7 @@ class Drift:
         words = _WORDS[self.figure]
         when = f"from {self.start_s:.1f} s on" if self.shape == "step" else "steadily over the soak"
         return Finding(self.subject, f"{words} fell {self.fell:.0%} {when} ({self.before:.3g} -> {self.after:.3g})",
-                       "critical", _ACTIONS[self.figure])
+                       "critical", _ACTIONS[self.figure], node=self.node)
 
 
 def section(run: Run) -> Burnin | None:
@@ -124,7 +125,8 @@ def drifts(b: Burnin) -> list[Drift]:
             points = [(w.t_s, getattr(w, figure)) for w in rows if getattr(w, figure) is not None]
             drift = find_drift([t for t, _ in points], [v for _, v in points], b.tolerance)
             if drift is not None:
-                found.append(replace(drift, subject=who, figure=figure))
+                found.append(replace(drift, subject=who, figure=figure,
+                                     node="" if figure == "busbw_gbps" else rows[0].node))
     return found
 
 
@@ -277,16 +279,18 @@ def findings(b: Burnin, telemetry: Telemetry | None) -> list[Finding]:
             first = f", first at offset {_words_text(words)}" if words else ""
             addresses = ", ".join(f"0x{w.offset:x}" for w in words[:SHOWN])
             found.append(Finding(subject(rows[0]), f"{_words(count)} read back wrong in the memory test{first}",
-                                 "critical", f"{MEMORY_ACTION}; first offsets: {addresses or 'not kept'}"))
+                                 "critical", f"{MEMORY_ACTION}; first offsets: {addresses or 'not kept'}",
+                                 node=rows[0].node))
     for rank, w in repeats_changed(b).items():
         found.append(Finding(subject(w), f"the deterministic computation changed from its first result at "
-                                         f"{w.t_s:.1f} s (same input, same device)", "critical", CORRUPTION_ACTION))
+                                         f"{w.t_s:.1f} s (same input, same device)", "critical", CORRUPTION_ACTION,
+                             node=w.node))
     for rank, rows in outvoted(b).items():
         times = ", ".join(f"{w.t_s:.1f} s" for w in rows[:SHOWN]) + (f" and {len(rows) - SHOWN} more"
                                                                       if len(rows) > SHOWN else "")
         found.append(Finding(subject(rows[0]), f"the deterministic computation disagreed with the other "
                                                f"{rows[0].kind} devices in {len(rows)} windows ({times})",
-                             "critical", CORRUPTION_ACTION))
+                             "critical", CORRUPTION_ACTION, node=rows[0].node))
     found += [d.finding() for d in drifts(b)]
     return found + _telemetry_findings(soak_telemetry(telemetry))
 

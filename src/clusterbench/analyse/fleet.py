@@ -91,9 +91,8 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
             (reasons if miss.level == "FAIL" else doubts)[p.node].append(miss.line)
 
     for f in soak or []:
-        node = f.subject.rsplit(" on ", 1)[-1]  # "rank 3 cuda:1 on gpu-07"
-        if node in reasons and f.severity != "info":
-            (reasons if f.severity == "critical" else doubts)[node].append(f"burn-in: {f.what} ({f.action})")
+        if f.node in reasons and f.severity != "info":
+            (reasons if f.severity == "critical" else doubts)[f.node].append(f"burn-in: {f.what} ({f.action})")
 
     fleet.odd_facts = agreement.odd_facts(fleet.probes)
     for odd in fleet.odd_facts:

@@ -97,7 +97,7 @@ def soak(rank: Rank, plan: BurninPlan) -> None:
             with contextlib.suppress(RunFailed):  # the soak's own error is the one to report
                 recorder.finish(time.monotonic() - t0, partial=True)
         raise
-    grew = [] if before is None else [replace(f, subject=f"{f.subject} on {node}") for f in
+    grew = [] if before is None else [replace(f, subject=f"{f.subject} on {node}", node=node) for f in
                                       counters.growth(before, counters.snapshot(counters.visible_gpus()))]
     found: list[list[Finding] | None] | None = [None] * worker.world_size if recorder is not None else None
     dist.gather_object(grew, found, dst=0)

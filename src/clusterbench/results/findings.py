@@ -18,3 +18,4 @@ class Finding:
     severity: Severity
     action: str  # a recommended action in words: "reset the GPU", "check the cable", "drain and RMA"
     metric: str = ""  # the figure it counts toward, which a rule judges: "counters.link_flaps"; "": none
+    node: str = ""  # the node it is of, which a fleet excludes for it; "": of no one node (the job's all_reduce)
