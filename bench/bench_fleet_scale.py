@@ -58,6 +58,7 @@ from clusterbench.comm.schedule import round_rows
 from clusterbench.commands.stage import conclude as conclude_command
 from clusterbench.errors import RunFailed
 from clusterbench.fleet import coverage, local
+from clusterbench.fleet.measures import Found
 from clusterbench.fleet.links import LOOK_APART_S, RETEST_ITERS
 from clusterbench.fleet.options import FleetOptions
 from clusterbench.results import codec
@@ -216,8 +217,9 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
                   hosts=[p.node for p in ranks], devices=[p.device for p in ranks], ranks=ranks)
         # The node-local phase's parts, pickled as gather_object sends them to rank 0.
         parts = [pickle.dumps(local.Part(r, truth.names[r // gpus], "NVIDIA H100 80GB HBM3",
-                                         {"matmul_tflops": MATMUL * truth.gpu[r // gpus], "copy_gbps": COPY,
-                                          "intra_busbw_gbps": INTRA}, list(LOSSES),
+                                         Found(figures={"matmul_tflops": MATMUL * truth.gpu[r // gpus],
+                                                        "copy_gbps": COPY, "intra_busbw_gbps": INTRA},
+                                               losses=list(LOSSES)),
                                          local.Picture(FACTS, FACTS["cpu"], 224, gpus) if r % gpus == 0 else None))
                  for r in range(n * gpus)]
         nodes = {name: list(range(i * gpus, (i + 1) * gpus)) for i, name in enumerate(truth.names)}

@@ -6,7 +6,10 @@ topology files (docs/methodology.md §16)."""
 from __future__ import annotations
 
 import random
+import re
 import statistics
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -252,3 +255,15 @@ def test_a_topology_must_place_the_job_and_a_plain_list_only_the_job(tmp_path: P
         found.check(["n1", "n2"])
     with pytest.raises(UsageError, match="places no switch above n3 of this job"):
         found.check(["n1", "n2", "n3", "n9"])
+
+
+def test_the_scale_simulator_drives_the_real_judge_and_finds_its_planted_faults() -> None:
+    """bench/bench_fleet_scale.py runs rank 0's own code over a synthetic fleet (BENCHMARKS.md's figures come
+    from it): a fleet of 32 with 10 % faulty nodes is judged without a false or a missed exclusion, in its form."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / "bench_fleet_scale.py"
+    proc = subprocess.run([sys.executable, str(bench), "--nodes", "32", "--seeds", "1", "--faults", "0.1"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"nodes 32: judge [\d.]+ s, rank-0 peak \d+ MiB, false 0, missed 0, "
+                        r"qualify at 400 Gbps [\d.]+ min", last), proc.stdout[-2000:]

@@ -1,8 +1,8 @@
 """`clusterbench fleet` with sampled pairs and a topology, across six network-namespace nodes in three
 racks of two, the third rack's links across the "spine" held to 200 Mbit/s by `tc` and its link inside
-left alone, under a real multi-node Slurm reading a topology.conf. The rack's two nodes go, named behind
-their switch, and nobody else does (docs/methodology.md §16). The plain `NODE SWITCH` form of a topology
-file is read by the same parser (tests/test_fleet_scale.py); torchrun's launch, by tests/test_fleet_netns.py."""
+left alone: under torchrun's variables with a plain `NODE SWITCH` topology file, and under a real multi-node
+Slurm reading a topology.conf. The rack's two nodes go, named behind their switch, and nobody else does
+(docs/methodology.md §16)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from beds import NetnsBed, slurm_nodes
-from conftest import read_pairs, read_run
+from beds import NetnsBed, netns_cluster, slurm_nodes
+from conftest import finish, read_pairs, read_run, start_nodes
 
 from clusterbench import hostlist
 
+PORT = 29500  # inside namespaces the test made for itself: nothing else listens there
 NODES = 6
 RACKS = ["rack-a", "rack-a", "rack-b", "rack-b", "rack-c", "rack-c"]
 SLOW_RACK = [4, 5]
@@ -46,6 +47,21 @@ def judged(out: Path, names: list[str]) -> dict:
     # Inside, normal, or (where this busy host slowed the rack's own pair too) still far faster than across.
     assert switch.startswith("rack-c: 2 of its 2 nodes send at") and "slow too" not in switch, switch
     return fleet
+
+
+def test_sampled_pairs_and_a_topology_file_name_the_slowed_rack_under_torchrun(tmp_path: Path) -> None:
+    topology = tmp_path / "racks.txt"
+    topology.write_text("".join(f"node{i} {rack}\n" for i, rack in enumerate(RACKS)))
+    out = tmp_path / "run"
+    with netns_cluster(NODES) as bed:
+        slow_rack(bed)
+        procs = start_nodes(NODES, ["fleet", *SAMPLED, "--topology", str(topology), "--out", str(out)],
+                            master=bed.addr(0), port=PORT, popen=bed.popen)
+        rank0 = finish(procs)[0]
+    assert rank0.returncode == 1, (rank0.stdout[-3000:], rank0.stderr[-2000:])
+    judged(out, [f"node{i}" for i in range(NODES)])
+    assert "bad switch (its nodes share a fault): rack-c: 2 of its 2 nodes" in rank0.stdout
+    assert "1 of them inside the racks" in rank0.stdout and "--exclude=node[4-5]" in rank0.stdout
 
 
 def test_slurm_reads_its_topology_conf_and_drains_the_rack_behind_the_slow_switch(tmp_path_factory) -> None:
