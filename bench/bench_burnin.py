@@ -5,13 +5,14 @@ measured side by side in one run (issue 32's target: matmul >= 0.97 of the bare 
     python bench/bench_burnin.py [--seconds 20] [--rounds 3]
 
 Each round runs the bare loops in one process, then `clusterbench burnin --nproc 1` for --seconds, and reads the
-soak's own figures from its run folder (the median over its windows). The bare copy moves the region once and
+soak's own figures from its run folder (the median over its windows, from burnin.csv). The bare copy moves the region once and
 back (written and read, the convention the memory test counts), so the two GB/s are of the same bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import subprocess
@@ -55,9 +56,10 @@ def soak(seconds: float, window: float) -> dict[str, float]:
         if proc.returncode != 0:
             sys.exit(f"burnin failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
         section = json.loads((out / "run.json").read_text())["extra"]["burnin"]
-        rows = section["windows"]
-        return {"tflops": statistics.median(r["matmul_tflops"] for r in rows),
-                "memory_gbps": statistics.median(r["memory_gbps"] for r in rows),
+        with open(out / "burnin.csv") as f:  # every window (run.json thins a long soak's)
+            rows = list(csv.DictReader(f))
+        return {"tflops": statistics.median(float(r["matmul_tflops"]) for r in rows),
+                "memory_gbps": statistics.median(float(r["memory_gbps"]) for r in rows),
                 "region": section["memory_bytes"], "windows": len(rows)}
 
 

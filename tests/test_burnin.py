@@ -1,6 +1,7 @@
 """`clusterbench burnin` as users run it: real gloo ranks soaking for seconds, faults injected through the test-only
 hooks (a flipped memory word, a slowed matmul, a rank killed), a real CPU quota midway, Ctrl-C; and the drift
-detection of analyse/burnin.py on series made to order."""
+detection of analyse/burnin.py, the thinning of a long soak's series, and the judging of the nodes' counters and
+the telemetry on soaks made to order."""
 
 from __future__ import annotations
 
@@ -24,12 +25,16 @@ from clusterbench import cli
 from clusterbench.analyse import burnin as analysis
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.verdicts import overall
+from clusterbench.burnin.series import Series
 from clusterbench.commands import run as run_command
+from clusterbench.hw.events import ACTIONS
 from clusterbench.registry import judge
 from clusterbench.results import codec
-from clusterbench.results.burnin import Burnin, Window, WrongWord
+from clusterbench.results.burnin import Burnin, NodeCounters, Window, WrongWord
+from clusterbench.results.findings import Finding
 from clusterbench.results.folder import RunFolder, load_run
 from clusterbench.results.schema import Run
+from clusterbench.results.telemetry import DeviceStage, Spread, Telemetry
 from clusterbench.shape import JobShape
 
 WINDOW = 0.5
@@ -47,6 +52,16 @@ def _csv_rows(out: Path) -> list[dict[str, str]]:
 
 
 def _windows_so_far(out: Path) -> list[dict]:
+    """The rows burnin.csv holds so far: every window as it ends (run.json gets them only every so often)."""
+    try:
+        rows = _csv_rows(out)
+    except OSError:  # not written yet
+        return []
+    return [{**row, "t_s": float(row["t_s"])} for row in rows if row.get("t_s")]  # a row caught half written: later
+
+
+def _saved_windows(out: Path) -> list[dict]:
+    """The windows run.json holds so far (saved once a second at most)."""
     try:
         return read_run(out).get("extra", {}).get("burnin", {}).get("windows", [])
     except (OSError, ValueError):  # not written yet, or caught between its write and its rename
@@ -66,10 +81,11 @@ def _started(args: list[str], env: dict[str, str] | None = None) -> subprocess.P
         signal.signal(signal.SIGINT, before)
 
 
-def _wait_for(out: Path, proc: subprocess.Popen, enough: Callable[[list[dict]], bool], within_s: float = 90) -> list[dict]:
+def _wait_for(out: Path, proc: subprocess.Popen, enough: Callable[[list[dict]], bool], within_s: float = 90,
+              read: Callable[[Path], list[dict]] = _windows_so_far) -> list[dict]:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and proc.poll() is None:
-        windows = _windows_so_far(out)
+        windows = read(out)
         if enough(windows):
             return windows
         time.sleep(0.05)
@@ -104,8 +120,12 @@ def test_a_healthy_soak_passes_and_leaves_a_row_per_device_and_window(tmp_path: 
     html = (out / "report.html").read_text()
     assert '<a href="#burnin">Burn-in</a>' in html and html.count('data-plot="burnin-') == 3
     verdicts = {v.check: v.status for v in judge(load_run(out)) if v.check.startswith("burnin")}
+    # The CPU's telemetry has no ECC counts nor throttle reasons: those rules have nothing to judge.
     assert verdicts == {"burnin memory": "PASS", "burnin determinism": "PASS", "burnin agreement": "PASS",
-                        "burnin drift": "PASS", "burnin soak": "PASS"}
+                        "burnin drift": "PASS", "burnin soak": "PASS", "burnin counters": "PASS",
+                        "burnin counter warnings": "PASS"}
+    # The node's first rank read its counters at the start and in the last window: the soak's end.
+    assert [(c.node, c.seconds >= 5) for c in b.counters] == [(b.windows[0].node, True)] and b.concluded
 
 
 def test_a_flipped_word_and_a_matmul_slowed_midway_are_caught(tmp_path: Path) -> None:
@@ -181,7 +201,7 @@ def test_a_cpu_quota_put_on_the_ranks_midway_is_a_drift_from_when_it_began(tmp_p
 def test_ctrl_c_mid_soak_keeps_its_rows_and_never_passes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _started([*SOAK[:4], "60", *SOAK[5:], "--memory-bytes", "32M", "--out", str(out)])
-    _wait_for(out, proc, lambda ws: len(ws) >= 4)
+    _wait_for(out, proc, lambda ws: len(ws) >= 4, read=_saved_windows)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
@@ -190,6 +210,8 @@ def test_ctrl_c_mid_soak_keeps_its_rows_and_never_passes(tmp_path: Path) -> None
     b = _section(out)
     assert b.partial and len(b.windows) >= 4 and b.elapsed_s < 60
     assert len(_csv_rows(out)) >= len(b.windows)
+    # What the node's counters said of the soak up to its last reading is kept (the first window's, at least).
+    assert [c.node for c in b.counters] == [b.windows[0].node] and 0 < b.counters[0].seconds < 60
     verdicts = judge(load_run(out))
     assert {v.check: v.status for v in verdicts}["burnin soak"] == "FAIL" and overall(verdicts) == "FAIL"
 
@@ -217,6 +239,7 @@ BAD_INPUT = {
     "unit": (["--memory-bytes", "1P"], "cannot read '1P' as a size"),
     "memory": (["--memory-bytes", "100000G"], "this host has"),
     "tolerance": (["--tolerance", "0"], "--tolerance: must be a finite number greater than 0"),
+    "node rules": (["--node-rules", "/nowhere/rules.yaml"], "/nowhere/rules.yaml"),
 }
 
 
@@ -293,7 +316,7 @@ def test_a_device_outside_its_kinds_majority_or_its_own_first_result_is_critical
     b = Burnin(4.0, 0.5, windows=windows)
     assert list(analysis.outvoted(b)) == [2] and list(analysis.repeats_changed(b)) == [1]
     m = Metrics()
-    analysis.metrics(Run(extra={"burnin": codec.dump(b)}), m)
+    analysis.metrics(Run(status="complete", extra={"burnin": codec.dump(b)}), m)
     assert m.values["burnin.outvoted"] == 1 and m.values["burnin.repeat_changed"] == 1
     assert m.values["burnin.partial"] == 0 and m.values["burnin.drift"] == 0 and m.values["burnin.windows"] == 8
     found = analysis.conclude(b, None, cut_short=False).findings
@@ -320,3 +343,49 @@ def test_a_wrong_word_with_its_top_bit_set_round_trips_through_run_json(tmp_path
     assert analysis.section(load_run(tmp_path)).wrong == [word]
     with pytest.raises(ValueError, match="not a 64-bit word"):
         WrongWord(0, "cpu", 1.5, 4096, "18446744073709551615", "0x0000000000000000")
+
+
+def test_a_long_soak_is_thinned_in_run_json_and_judged_alike() -> None:
+    """40 windows of 3 devices kept as at most 16 points each: rank 2's result strays in one window, rank 1's
+    matmul halves from the 21st; both are still found, the drift where it began within a point of 4 windows."""
+    series = Series(max_points=16)
+    for i in range(40):
+        series.add([_window(r, i, "b" if (r, i) == (2, 13) else "a", matmul_tflops=0.5 if r == 1 and i >= 20 else 1.0)
+                    for r in range(3)])
+    b = Burnin(20.0, 0.5, windows=series.windows(), tolerance=0.3)
+    by = analysis.series(b.windows)
+    assert [len(rows) for rows in by.values()] == [10] * 3 and [analysis.measured(rows) for rows in by.values()] == [40] * 3
+    assert not analysis.partial(b) and list(analysis.repeats_changed(b)) == []
+    assert list(analysis.outvoted(b)) == [2]
+    (d,) = analysis.drifts(b)
+    assert d.figure == "matmul_tflops" and d.subject.startswith("rank 1") and d.start_s == 10.0
+    m = Metrics()
+    analysis.metrics(Run(extra={"burnin": codec.dump(b)}), m)
+    assert m.values["burnin.windows"] == 40 and m.values["burnin.outvoted"] == 1
+
+
+def test_the_nodes_counters_and_the_telemetry_over_a_soak_are_judged() -> None:
+    """A finished soak whose node logged an Xid 79 during it, and whose GPU's uncorrected ECC count grew: neither
+    passes, each finding names its node and carries its action."""
+    xid = Finding("cuda:0", "Xid 79 (GPU has fallen off the bus) once in 4.0 s, last at 812.442108", "critical",
+                  ACTIONS["reseat_rma"], "counters.xid_critical")
+    drops = Finding("eth0", "received packets dropped grew by 3 in 4.0 s", "warning", ACTIONS["watch"],
+                    "counters.nic_errors")
+    windows = [_window(r, i) for i in range(8) for r in (0, 1)]
+    b = Burnin(4.0, 0.5, windows=windows, counters=[NodeCounters("n", {"counters.xid_critical": 1.0,
+                                                                        "counters.nic_errors": 0.0}, [xid, drops], 4.0)])
+    gpu = DeviceStage("burnin", "n", "cuda:0", "H100", 0, 40, ecc_uncorrected=Spread(0, 1, 2),
+                      ecc_corrected=Spread(5, 5, 5))
+    run = Run(status="complete", extra={"burnin": codec.dump(b)}, telemetry=Telemetry(1.0, 0.0, devices=[gpu]))
+    verdicts = {v.check: v.status for v in judge(run)}
+    assert (verdicts["burnin counters"], verdicts["burnin uncorrected ECC"], verdicts["burnin corrected ECC"]) == (
+        "FAIL", "FAIL", "PASS")
+    found = analysis.judged(run).findings
+    (miss,) = [f for f in found if f.metric == "counters.xid_critical"]
+    assert (miss.node, miss.severity, miss.action) == ("n", "critical", ACTIONS["reseat_rma"])
+    assert miss.what.startswith("critical Xid events: cuda:0: Xid 79") and ACTIONS["reseat_rma"] in miss.what
+    (ecc,) = [f for f in found if f.metric == "burnin.ecc_uncorrected"]
+    assert ecc.node == "n" and "uncorrected ECC errors grew during the soak (0 -> 2)" in ecc.what
+    # What no rule judged (the drops, where the NIC count the rule reads stayed 0) is kept, for the record.
+    assert [(f.subject, f.severity) for f in found if "dropped" in f.what] == [("eth0 on n", "info")]
+

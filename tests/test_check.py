@@ -67,8 +67,10 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
     band = done["band"]
     err = assert_one_line_error(band, 1, "clusterbench check: n1: ", "matmul TFLOP/s", "measured again")
     assert f"of 10 {klass} nodes (baseline {high / 'run.json'})" in err
-    # Measured twice, both printed with -v, before the drain it would run.
+    # Measured twice, both printed with -v, before the drain it would run; each check of the table named as it starts.
     assert len([line for line in band.stdout.splitlines() if "matmul_tflops" in line]) == 2, band.stdout
+    assert "# counters (passive): the node's error counters" in band.stdout
+    assert "# peaks (active): dense matmul" in band.stdout
     assert band.stdout.splitlines()[-1].startswith(
         "would run: scontrol update nodename=n1 state=drain 'reason=clusterbench check: "), band.stdout
     assert_one_line_error(done["class"], 1, f"this node is {klass}", OTHER_CLASS)
@@ -131,7 +133,7 @@ def test_the_counters_check_fails_each_memory_fault_that_needs_a_reset(monkeypat
     rules = node_rules.load()
 
     def misses() -> list[str]:
-        snap = counters.snapshot(gpus, sys_root=tmp_path, kernel_log=log)
+        snap = counters.snapshot(gpus, sys_root=tmp_path, kernel_log_file=log)
         return [m.line for m in node_rules.judge(counters.figures(None, snap), counters.states(snap), rules)]
 
     assert misses() == []  # and this fake NVML cannot tell retired pages or remapped rows

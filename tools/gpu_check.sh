@@ -7,7 +7,7 @@
 # bare torch loop and of the telemetry sampler. About 10-13 minutes on one H200. Runs from the
 # checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL already.
 # Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step limits add up
-# to 45 minutes; a healthy H200 should need about a third of that (not yet run: no device was lent
+# to 48 minutes; a healthy H200 should need about a third of that (not yet run: no device was lent
 # since the levers were added).
 #
 #     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
@@ -34,7 +34,7 @@ step() {  # step NAME TIMEOUT_S CMD...: run it, keep its output, note its exit c
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   printf '%-22s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$SUMMARY"
-  grep -E '^(# |  (PASS|WARN|FAIL)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS|  variance|  MRE|  max abs|  peak memory|  model state|step 1/)' "$OUT/$name.log" \
+  grep -E '^(# |  (PASS|WARN|FAIL|CRITICAL|WARNING)|clusterbench:|tgs|  tgs|  MFU|  TFLOPS|  variance|  MRE|  max abs|  peak memory|  model state|step 1/)' "$OUT/$name.log" \
     | tail -n 16 \
     | sed 's/^/    /' >>"$SUMMARY"
 }
@@ -77,12 +77,40 @@ step train-1b-compile 240 "${CB[@]}" train --nproc "$NP" --preset llama-1b --dty
 step train-8b-fsdp 300 "${CB[@]}" train --nproc "$NP" --preset llama-8b --dtype bfloat16 --parallel fsdp --steps 4 \
   --warmup-steps 1 --seq-len 1024 --global-batch "$NP" --micro-batch 1 --activation-checkpointing --out "$OUT/train-8b-fsdp"
 step run-quick 180 "${CB[@]}" run --quick --out "$OUT/run-quick"
-# The health check on a GPU node (issues 20, 31, 32): the node checks' table: NVML's ECC and remap counters, PCIe
-# links and Xid events judged by the node rules, the bf16 peaks, pinned host-device copies, the GPU-to-GPU copy
-# matrix, the numerics vote across the GPUs; exit 0 and one line, or 1 with the reason (no drain: no Slurm here).
+# The node checks' GPU paths one by one (issue 32), each printed: the counters through NVML for every GPU NVML sees
+# (ECC, remaps, PCIe replays and link, recent Xids by their severity) and what the node rules say of them; pinned
+# host-device copies of each GPU alone, their spread and share of the PCIe link, the link's generation read under
+# their load; and with several GPUs the copy matrix against NVLink or PCIe.
+step counters 60 "$PY" -c '
+from clusterbench.analyse import node_rules
+from clusterbench.hw import counters
+gpus = counters.node_gpus(); snap = counters.snapshot(gpus)
+print("# gpus:", [(g.label, g.bus_id) for g in gpus], "missing:", snap.missing, "xids:", len(snap.xids))
+print("# counters:", {k: v for k, v in snap.counters.items()})
+print("# counts:", counters.figures(None, snap))
+for f in counters.states(snap): print("# finding:", f.subject, f.what, "|", f.severity, "|", f.action)
+for m in node_rules.judge(counters.figures(None, snap), counters.states(snap), node_rules.load()): print("#", m.level, m.line)'
+step copies 120 "$PY" -c '
+import torch
+from clusterbench.fleet import measures
+from clusterbench.nodechecks import NODE_CHECKS
+gpus = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count()))
+for d in gpus:
+    found = measures.host_device(measures.On(d, torch.cuda.get_device_name(d), 1.0))
+    print("# host_device", d, found.counts, [f.what for f in found.findings])
+    for c in found.copies: print("#  ", c.subject, c.metric, c.text())
+if len(gpus) > 1:
+    found = measures.peer_copies(measures.On(gpus[0], "", 4.0, devices=gpus))
+    print("# peer_copies", found.figures, [f.what for f in found.findings])
+    for c in found.copies: print("#  ", c.subject, c.text())'
+# The health check on a GPU node (issues 20, 31, 32): the node checks' table in order, as `check -v` names each:
+# NVML's ECC and remap counters, PCIe links and recent Xids judged by the node rules, the bf16 peaks, pinned
+# host-device copies, the GPU-to-GPU copy matrix, the numerics vote across the GPUs; exit 0 and one line, or 1 with
+# the reason (no drain: no Slurm here).
 step check 90 "${CB[@]}" check --gpus "$NGPU" --budget 80 --store off -v
 # The burn-in (issue 32): bf16 matmul at full power, the memory test over most of the free HBM, the collectives
-# and the bitwise repeat, for two minutes (its quick level), then its bench against a bare matmul loop and copy.
+# and the bitwise repeat, for two minutes (its quick level), each node's counters read through NVML over it and
+# judged by the node rules (burnin counters), then its bench against a bare matmul loop and copy.
 step burnin 200 "${CB[@]}" burnin --nproc "$NP" --level quick --out "$OUT/burnin"
 step bench-burnin 180 "$PY" bench/bench_burnin.py --seconds 20
 if (( NP > 1 )); then  # a bare loop has no busbw to compare at world size 1

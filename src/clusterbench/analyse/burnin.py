@@ -1,30 +1,31 @@
-"""A burn-in judged (docs/burnin.md): what only time shows, from its windows and the telemetry sampled meanwhile.
+"""A burn-in judged (docs/burnin.md): what only time shows, from its windows, each node's counters and events
+read over it, and the telemetry sampled meanwhile.
 
 Per device and figure (matmul TFLOP/s, memory GB/s; the all_reduce's busbw once, the job's), a drift: the
-figure falls over the soak and stays down. Two shapes are looked for, and the one that fits the series better
-is reported: a step (the split into two segments of at least MIN_SIDE windows each that leaves the least
-squared error, where the later segment's median is below (1 - tolerance) x the earlier's, by more than the
-noise of the medians), and a steady decline (a Theil-Sen line whose fitted end is below (1 - tolerance) x its
-fitted start, its trend significant by Mann-Kendall). Words read back wrong, a repeat that changed, and a
-device outvoted by the others of its kind are each critical. From telemetry: clocks held down by heat or
-power, ECC counts that grew, the hottest device.
+figure falls over the soak and stays down (analyse/drift.py). Words read back wrong, a repeat that changed, and a
+device outvoted by the others of its kind are each critical. Each node's counters and events over the soak (the
+states at its end, what grew, the Xids new in it) are judged by the node rules, each miss a finding of the rule's
+weight (FAIL critical, WARN a warning) with the actions of what stands behind it. From telemetry: clocks held
+down by heat or power, ECC counts that grew, the hottest device; each finding names its node.
 
 Metrics: burnin.windows (the fewest any device measured), burnin.partial, burnin.wrong_words,
 burnin.repeat_changed (devices whose result changed), burnin.outvoted (devices outside their kind's majority),
-burnin.drift (drifting series), burnin.matmul_tflops.min / .median, burnin.memory_gbps.min / .median,
-burnin.busbw_gbps.median, burnin.throttled (devices), burnin.temperature_c.max.
+burnin.drift (drifting series), burnin.counters / burnin.counter_warnings (the node rules' FAILs and WARNs over
+the soak's counters), burnin.ecc_uncorrected / burnin.ecc_corrected (devices whose ECC count grew in the
+telemetry), burnin.matmul_tflops.min / .median, burnin.memory_gbps.min / .median, burnin.busbw_gbps.median,
+burnin.throttled (devices), burnin.temperature_c.max.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from clusterbench.analyse import drift, node_rules
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.rules import Rule
 from clusterbench.analyse.telemetry import PROBLEMS, THROTTLED_SHARE
 from clusterbench.results import codec
 from clusterbench.results.burnin import TABLE, Burnin, Window, WrongWord
@@ -32,10 +33,6 @@ from clusterbench.results.findings import Finding
 from clusterbench.results.schema import Run
 from clusterbench.results.telemetry import DeviceStage, Telemetry
 
-MIN_SIDE = 3  # windows on each side of a step: fewer cannot tell a step from a slow window
-NOISE_SIGMAS = 3.0  # a step is real where the medians differ by more than this many standard errors
-TREND_Z = 3.0  # Mann-Kendall's |z| a steady decline must reach
-LINE_POINTS = 200  # the Theil-Sen line is fitted to at most this many windows, evenly thinned (its cost is n²)
 SHOWN = 3  # wrong words, ranks or windows named in one line
 SEVERITIES = ("critical", "warning", "info")  # the gravest first
 # (field of Window, its name in words, what to do when it drifts)
@@ -56,6 +53,7 @@ MEMORY_ACTION = "the memory flips bits: drain the node and RMA the part (HBM/DRA
 CORRUPTION_ACTION = ("the device computes wrong results silently: drain the node, rerun the burn-in to confirm, "
                      "and RMA the device")
 THROTTLE_ACTION = "check the cooling (fans, airflow, inlet temperature) and the power supply of the device"
+ECC_GREW = "ECC errors grew during the soak"
 
 
 @dataclass(frozen=True)
@@ -103,10 +101,15 @@ def expected_windows(b: Burnin) -> int:
     return max(1, round(b.duration_s / b.window_s))
 
 
+def measured(rows: list[Window]) -> int:
+    """How many windows of the soak a device's series stands for (its points may merge several: burnin/series.py)."""
+    return sum(w.spans for w in rows)
+
+
 def partial(b: Burnin) -> bool:
     """Cut short: said so, or some device measured fewer windows than the soak has."""
     by = series(b.windows)
-    return b.partial or not by or min(len(rows) for rows in by.values()) < expected_windows(b)
+    return b.partial or not by or min(measured(rows) for rows in by.values()) < expected_windows(b)
 
 
 # --- drifts ---------------------------------------------------------------------------------------------------
@@ -123,66 +126,17 @@ def drifts(b: Burnin) -> list[Drift]:
                 continue
             who = f"all_reduce among {len(by)} ranks" if figure == "busbw_gbps" else subject(rows[0])
             points = [(w.t_s, getattr(w, figure)) for w in rows if getattr(w, figure) is not None]
-            drift = find_drift([t for t, _ in points], [v for _, v in points], b.tolerance)
-            if drift is not None:
-                found.append(replace(drift, subject=who, figure=figure,
+            fell = find_drift([t for t, _ in points], [v for _, v in points], b.tolerance)
+            if fell is not None:
+                found.append(replace(fell, subject=who, figure=figure,
                                      node="" if figure == "busbw_gbps" else rows[0].node))
     return found
 
 
 def find_drift(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> Drift | None:
-    """The drift of one series of figures against time (a step down or a steady decline), or None: flat, noisy
-    within its tolerance, rising, or too short to tell (fewer than 2 x MIN_SIDE windows). The subject and figure
-    are left for the caller."""
-    if len(ys) < 2 * MIN_SIDE or len(ts) != len(ys):
-        return None
-    found = [d for d in (_step(ts, ys, tolerance), _decline(ts, ys, tolerance)) if d is not None]
-    return min(found, key=lambda fit: fit[1])[0] if found else None
-
-
-def _step(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> tuple[Drift, float] | None:
-    """The least-squares split into two segments, judged by their medians: (the drift, its absolute residual)."""
-    n = len(ys)
-    sums = list(itertools.accumulate(ys, initial=0.0))
-    squares = list(itertools.accumulate((y * y for y in ys), initial=0.0))
-
-    def sse(i: int, j: int) -> float:  # the squared error of ys[i:j] about its mean
-        return squares[j] - squares[i] - (sums[j] - sums[i]) ** 2 / (j - i)
-
-    k = min(range(MIN_SIDE, n - MIN_SIDE + 1), key=lambda k: sse(0, k) + sse(k, n))
-    early, late = statistics.median(ys[:k]), statistics.median(ys[k:])
-    if not early > 0 or late >= (1 - tolerance) * early:
-        return None
-    residuals = [abs(y - early) for y in ys[:k]] + [abs(y - late) for y in ys[k:]]
-    sigma = 1.4826 * statistics.median(residuals)  # the residuals' spread, robust to a stray window
-    noise = 1.2533 * sigma * math.sqrt(1 / k + 1 / (n - k))  # the standard error of a median, per segment
-    if early - late <= NOISE_SIGMAS * noise:
-        return None
-    return Drift("", "", "step", ts[k - 1], ts[-1], early, late), sum(residuals)
-
-
-def _decline(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> tuple[Drift, float] | None:
-    """A Theil-Sen line through the series, judged by its fitted start and end: (the drift, its absolute residual)."""
-    step = max(1, math.ceil(len(ys) / LINE_POINTS))
-    pts = list(zip(ts[::step], ys[::step]))
-    slopes = [(y2 - y1) / (t2 - t1) for (t1, y1), (t2, y2) in itertools.combinations(pts, 2) if t2 > t1]
-    if len(pts) < 2 * MIN_SIDE or not slopes:
-        return None
-    slope = statistics.median(slopes)
-    intercept = statistics.median(y - slope * t for t, y in pts)
-    start, end = intercept + slope * ts[0], intercept + slope * ts[-1]
-    if not start > 0 or end >= (1 - tolerance) * start or _mann_kendall(pts) > -TREND_Z:
-        return None
-    residual = sum(abs(y - (intercept + slope * t)) for t, y in zip(ts, ys))
-    return Drift("", "", "decline", ts[0], ts[-1], start, max(end, 0.0)), residual
-
-
-def _mann_kendall(pts: Sequence[tuple[float, float]]) -> float:
-    """The z of Mann-Kendall's trend test (no correction for ties): below -3, a falling trend noise hardly makes."""
-    n = len(pts)
-    s = sum((y2 > y1) - (y2 < y1) for (_, y1), (_, y2) in itertools.combinations(pts, 2))
-    var = n * (n - 1) * (2 * n + 5) / 18
-    return (s - (s > 0) + (s < 0)) / math.sqrt(var)
+    """The drift of one series (analyse/drift.find), its subject and figure left for the caller."""
+    fall = drift.find(ts, ys, tolerance)
+    return Drift("", "", fall.shape, fall.start_s, fall.end_s, fall.before, fall.after) if fall else None
 
 
 # --- wrong results --------------------------------------------------------------------------------------------
@@ -244,30 +198,55 @@ def _throttled(d: DeviceStage) -> str:
     return ", ".join(f"{r} in {share:.0%} of the samples" for r, share in held)
 
 
-def _telemetry_findings(rows: list[DeviceStage]) -> list[Finding]:
+def ecc_grew(rows: list[DeviceStage], which: str) -> list[DeviceStage]:
+    """The devices whose `which` ("uncorrected", "corrected") ECC count grew in the soak's telemetry."""
+    return [d for d in rows if (spread := getattr(d, f"ecc_{which}")) is not None and spread.max > spread.min]
+
+
+def telemetry_findings(rows: list[DeviceStage]) -> list[Finding]:
+    """What the soak's telemetry shows, each finding of the node its device is on (telemetry's host is the node as
+    the job names it)."""
     found = []
     for d in rows:
         why = _throttled(d)
         if why:
-            found.append(Finding(d.where, f"clocks held down during the soak: {why}", "warning", THROTTLE_ACTION))
-        for label, spread, severity in (("uncorrected", d.ecc_uncorrected, "critical"),
-                                        ("corrected", d.ecc_corrected, "warning")):
-            if spread is not None and spread.max > spread.min:
-                found.append(Finding(d.where, f"{label} ECC errors grew during the soak ({spread.min:.0f} -> "
-                                              f"{spread.max:.0f})", severity, MEMORY_ACTION))
+            found.append(Finding(d.where, f"clocks held down during the soak: {why}", "warning", THROTTLE_ACTION,
+                                 node=d.host))
+    for which, severity in (("uncorrected", "critical"), ("corrected", "warning")):
+        for d in ecc_grew(rows, which):
+            spread = getattr(d, f"ecc_{which}")
+            found.append(Finding(d.where, f"{which} {ECC_GREW} ({spread.min:.0f} -> {spread.max:.0f})", severity,
+                                 MEMORY_ACTION, f"burnin.ecc_{which}", d.host))
     hot = [d for d in rows if d.temperature_c is not None]
     if hot:
         top = max(hot, key=lambda d: d.temperature_c.max)
         found.append(Finding(top.where, f"the hottest device of the soak: {top.temperature_c.max:.0f} °C at most",
-                             "info", "none: for the record"))
+                             "info", "none: for the record", node=top.host))
+    return found
+
+
+# --- counters -------------------------------------------------------------------------------------------------
+
+
+def counter_findings(b: Burnin, rules: list[Rule]) -> list[Finding]:
+    """Each node's counters and events over the soak judged by the node rules: each miss a finding of its node, of
+    the rule's weight; what no rule judged, as information."""
+    found = []
+    for nc in b.counters:
+        misses = node_rules.judge(nc.counts, nc.findings, rules)
+        found += [m.finding(nc.node) for m in misses]
+        judged = {m.metric for m in misses}
+        found += [replace(f, subject=f"{f.subject} on {nc.node}", severity="info", metric="", node=nc.node)
+                  for f in nc.findings if f.metric not in judged]
     return found
 
 
 # --- the conclusion and the metrics ---------------------------------------------------------------------------
 
 
-def findings(b: Burnin, telemetry: Telemetry | None) -> list[Finding]:
-    """Everything the soak found: in its memory, its repeats, its vote, its figures over time, its telemetry."""
+def findings(b: Burnin, telemetry: Telemetry | None, rules: list[Rule]) -> list[Finding]:
+    """Everything the soak found: in its memory, its repeats, its vote, its figures over time, its nodes' counters
+    (judged by `rules`, the node rules), its telemetry."""
     found = []
     by_rank: dict[int, list[WrongWord]] = {}
     for word in b.wrong:
@@ -289,17 +268,32 @@ def findings(b: Burnin, telemetry: Telemetry | None) -> list[Finding]:
         times = ", ".join(f"{w.t_s:.1f} s" for w in rows[:SHOWN]) + (f" and {len(rows) - SHOWN} more"
                                                                       if len(rows) > SHOWN else "")
         found.append(Finding(subject(rows[0]), f"the deterministic computation disagreed with the other "
-                                               f"{rows[0].kind} devices in {len(rows)} windows ({times})",
+                                               f"{rows[0].kind} devices in {_windows(rows)} ({times})",
                              "critical", CORRUPTION_ACTION, node=rows[0].node))
     found += [d.finding() for d in drifts(b)]
-    return found + _telemetry_findings(soak_telemetry(telemetry))
+    return found + counter_findings(b, rules) + telemetry_findings(soak_telemetry(telemetry))
 
 
-def conclude(b: Burnin, telemetry: Telemetry | None, cut_short: bool, extra: Sequence[Finding] = ()) -> Burnin:
-    """The soak with its findings (and `extra` ones, from elsewhere: the hardware's counters), partial where the
+def _windows(rows: list[Window]) -> str:
+    """How many windows these are, where thinning merged them into points of several."""
+    return f"{len(rows)} windows" if all(w.spans == 1 for w in rows) else f"{len(rows)} stretches of windows"
+
+
+def conclude(b: Burnin, telemetry: Telemetry | None, cut_short: bool, rules: list[Rule] | None = None) -> Burnin:
+    """The soak with its findings, its counters judged by `rules` (None: the shipped node rules), partial where the
     run did not complete or a device measured fewer windows than the soak has."""
-    found = findings(b, telemetry) + list(extra)
-    return replace(b, partial=cut_short or partial(b), findings=sorted(found, key=lambda f: SEVERITIES.index(f.severity)))
+    found = findings(b, telemetry, rules if rules is not None else node_rules.load())
+    return replace(b, partial=cut_short or partial(b), concluded=True,
+                   findings=sorted(found, key=lambda f: SEVERITIES.index(f.severity)))
+
+
+def judged(run: Run) -> Burnin | None:
+    """The run's burn-in as concluded: by the node rules it was given, or, where its conclusion never ran (its owner
+    died too), now, by the shipped ones."""
+    b = section(run)
+    if b is None or b.concluded:
+        return b
+    return conclude(b, run.telemetry, run.status != "complete")
 
 
 def _put_spread(m: Metrics, name: str, values: list[float], unit: str, *which: str) -> None:
@@ -311,13 +305,13 @@ def _put_spread(m: Metrics, name: str, values: list[float], unit: str, *which: s
 
 
 def metrics(run: Run, m: Metrics) -> None:
-    b = section(run)
+    b = judged(run)
     if b is None:
         return
     by = series(b.windows)
     if by:
-        m.put("burnin.windows", min(len(rows) for rows in by.values()),
-              f"{min(len(rows) for rows in by.values())} windows per device of {expected_windows(b)}")
+        fewest = min(measured(rows) for rows in by.values())
+        m.put("burnin.windows", fewest, f"{fewest} windows per device of {expected_windows(b)}")
     cut = partial(b)
     m.put("burnin.partial", cut, f"the soak was cut short after {b.elapsed_s:.1f} s of {b.duration_s:.0f} s"
           if cut else f"the whole soak, {b.duration_s:.0f} s")
@@ -328,7 +322,7 @@ def metrics(run: Run, m: Metrics) -> None:
     m.put("burnin.repeat_changed", len(changed), "; ".join(f"{subject(w)} changed at {w.t_s:.1f} s"
                                                           for w in changed.values()) or "every repeat the same")
     split = outvoted(b)
-    m.put("burnin.outvoted", len(split), "; ".join(f"{subject(rows[0])} disagreed in {len(rows)} windows"
+    m.put("burnin.outvoted", len(split), "; ".join(f"{subject(rows[0])} disagreed in {_windows(rows)}"
                                                    for rows in split.values()) or "every device with its kind's majority")
     found = drifts(b)
     m.put("burnin.drift", len(found), "; ".join(f"{d.subject}: {d.finding().what}" for d in found[:SHOWN])
@@ -339,12 +333,21 @@ def metrics(run: Run, m: Metrics) -> None:
                 "GB/s", "min", "median")
     _put_spread(m, "burnin.busbw_gbps", [w.busbw_gbps for w in b.windows if w.busbw_gbps is not None],
                 "Gbps", "median")
+    for level, severity, words in (("counters", "critical", "FAIL"), ("counter_warnings", "warning", "WARN")):
+        misses = [f for f in b.findings if f.metric.startswith("counters.") and f.severity == severity]
+        m.put(f"burnin.{level}", len(misses), "; ".join(f"{f.subject}: {f.what}" for f in misses[:SHOWN])
+              or f"no node rule says {words} of {len(b.counters)} nodes' counters over the soak")
     rows = soak_telemetry(run.telemetry)
-    judged = [d for d in rows if d.throttle is not None]
-    if judged:
-        held = [d.where for d in judged if _throttled(d)]
+    for which in ("uncorrected", "corrected"):
+        if any(getattr(d, f"ecc_{which}") is not None for d in rows):
+            grew = ecc_grew(rows, which)
+            m.put(f"burnin.ecc_{which}", len(grew), f"{which} {ECC_GREW} on {', '.join(d.where for d in grew)}"
+                  if grew else f"no {which} ECC error in the telemetry of the soak")
+    sampled = [d for d in rows if d.throttle is not None]
+    if sampled:
+        held = [d.where for d in sampled if _throttled(d)]
         m.put("burnin.throttled", len(held), f"clocks held down on {', '.join(held)}" if held
-              else f"no clock held down by heat or power on {len(judged)} devices")
+              else f"no clock held down by heat or power on {len(sampled)} devices")
     hot = [d.temperature_c.max for d in rows if d.temperature_c is not None]
     if hot:
         m.put("burnin.temperature_c.max", max(hot), f"{max(hot):.0f} °C at most")

@@ -4,7 +4,7 @@ with its figures, the fleet's bands and its verdict; the nodes to take out, each
 A node is excluded only on proof: a link slow again against two healthy partners, a figure of its
 own that fell out of its class's band twice (the second time measured alone), numerics that left
 the majority bit for bit, a counter a node rule fails (uncorrectable ECC errors, pending remaps, a
-hardware Xid), or a node that stopped answering. What is odd but not proven (a fact
+recent critical Xid), a critical finding of a --burnin soak, or a node that stopped answering. What is odd but not proven (a fact
 the fleet disagrees with, a suspect the retests did not confirm) makes it a suspect.
 """
 
@@ -49,8 +49,9 @@ def link_figures(rows: list[PairRow]) -> dict[str, dict[str, float]]:
 def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
              counter_rules: list[Rule] | None = None, soak: list[Finding] | None = None) -> Fleet:
     """`fleet` with its conclusion filled in, from the run's pairs and lost ranks, each node's counters judged by
-    `counter_rules` (None: the shipped node rules), and what a --burnin soak found (`soak`: a critical finding
-    excludes its node, a warning makes it a suspect)."""
+    `counter_rules` (None: the shipped node rules), and what a --burnin soak found (`soak`, concluded with the same
+    rules: a critical finding excludes its node, a warning makes it a suspect; one of no node the fleet has, the
+    job's all_reduce drifting, is the fleet's own, in job_findings)."""
     nodes = nodes_of(run)
     probes = {p.node: (p.klass, p.metrics) for p in fleet.probes}
     fleet.bands = baseline if baseline else bands.learn_all(probes, fleet.tolerance)
@@ -90,9 +91,15 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
         for miss in node_rules.judge(p.counts, p.findings, rules):
             (reasons if miss.level == "FAIL" else doubts)[p.node].append(miss.line)
 
+    fleet.job_findings = []
     for f in soak or []:
-        if f.node in reasons and f.severity != "info":
-            (reasons if f.severity == "critical" else doubts)[f.node].append(f"burn-in: {f.what} ({f.action})")
+        if f.severity == "info":
+            continue
+        if f.node not in reasons:  # the job's own (its all_reduce), or a node it does not name: judged as the fleet's
+            fleet.job_findings.append(f)
+            continue
+        action = f" ({f.action})" if f.action and f.action not in f.what else ""
+        (reasons if f.severity == "critical" else doubts)[f.node].append(f"burn-in: {f.what}{action}")
 
     fleet.odd_facts = agreement.odd_facts(fleet.probes)
     for odd in fleet.odd_facts:
@@ -137,7 +144,8 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
 
 
 def metrics(run: Run, m: Metrics) -> None:
-    """fleet.excluded, fleet.suspects, fleet.flaky_links, fleet.odd_facts: counts, with the names as notes."""
+    """fleet.excluded, fleet.suspects, fleet.flaky_links, fleet.odd_facts, fleet.job_critical, fleet.job_warnings:
+    counts, with the names as notes."""
     fleet = run.fleet
     if fleet is None or not fleet.nodes:
         return
@@ -148,3 +156,6 @@ def metrics(run: Run, m: Metrics) -> None:
     m.put("fleet.flaky_links", len(fleet.flaky), "; ".join(fleet.flaky) or "none")
     m.put("fleet.odd_facts", len(fleet.odd_facts),
           "; ".join(f"{o.fact}: {', '.join(o.nodes)}" for o in fleet.odd_facts) or "none")
+    for name, severity in (("job_critical", "critical"), ("job_warnings", "warning")):
+        found = [f for f in fleet.job_findings if f.severity == severity]
+        m.put(f"fleet.{name}", len(found), "; ".join(f"{f.subject}: {f.what}" for f in found) or "none")

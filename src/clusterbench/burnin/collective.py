@@ -1,5 +1,7 @@
-"""The soak's collective: an all_reduce among all the job's ranks in a loop, timed as the comm sweep times one
-(comm/timing.py: the slowest rank's time), as busbw (the nccl-tests factor of collectives.py), in Gbps."""
+"""An all_reduce timed as the comm sweep times one (comm/timing.py: batches of calls, the slowest rank's time) and
+reported as busbw (the nccl-tests factor of collectives.py), in Gbps, at the size of the node-check table's
+`intra_all_reduce` entry: the soak's collective among all the job's ranks, and the fleet's and `check`'s
+intra-node one among a node's ranks, measured by this one class."""
 
 from __future__ import annotations
 
@@ -8,31 +10,30 @@ import torch.distributed as dist
 
 from clusterbench.collectives import COLLECTIVES
 from clusterbench.comm.timing import RankReducer, time_op
-from clusterbench.dist import Worker
-
-# Bandwidth-bound on each: the largest sizes of the sweep's defaults.
-BYTES = {"cpu": 4 << 20}
-GPU_BYTES = 256 << 20
+from clusterbench.nodechecks import NODE_CHECKS
 
 
 def bytes_needed(device: torch.device) -> int:
-    return BYTES.get(device.type, GPU_BYTES)
+    return NODE_CHECKS["intra_all_reduce"].size(device.type)
 
 
 class AllReduce:
-    def __init__(self, worker: Worker) -> None:
-        self.n = worker.world_size
-        self.device = worker.device
-        self.nbytes = bytes_needed(worker.device)
-        self.buffer = torch.zeros(self.nbytes // 4, dtype=torch.float32, device=worker.device)
-        self.reducer = RankReducer("max", worker.device, self.n, True)
+    """An all_reduce among `ranks` ranks of `group` (None: the whole job), its buffer allocated once."""
+
+    def __init__(self, device: torch.device, ranks: int, group: dist.ProcessGroup | None = None) -> None:
+        self.n = ranks
+        self.device = device
+        self.group = group
+        self.nbytes = bytes_needed(device)
+        self.buffer = torch.zeros(self.nbytes // 4, dtype=torch.float32, device=device)
+        self.reducer = RankReducer("max", device, ranks, True, group)
 
     def _call(self) -> None:
-        dist.all_reduce(self.buffer)
+        dist.all_reduce(self.buffer, group=self.group)
 
     def busbw_gbps(self, seconds: float) -> float | None:
-        """busbw over about `seconds` (every rank calls it together); None for a job of one rank, which moves
-        nothing."""
+        """busbw over about `seconds` (every rank calls it together, with one budget: one decision of when to
+        stop); None among one rank, which moves nothing."""
         if self.n < 2:
             return None
         stats = time_op(self._call, self.device, self.reducer, None, 1, seconds, "loop")

@@ -1,6 +1,7 @@
 """The soak's dense matmul: torch.mm of two n x n matrices allocated once, at the device's full rate, timed with
-the device synchronised (2·n³ FLOP per call). bfloat16 8192³ on a GPU (docs/methodology.md §3); float32 512³ on
-a CPU, where a call takes milliseconds on one core, so a window's share holds many."""
+the device synchronised (2·n³ FLOP per call), at the size and dtype of the node-check table's `peaks` entry:
+bfloat16 8192³ on a GPU (docs/methodology.md §3); float32 512³ on a CPU, where a call takes milliseconds on one
+core, so a window's share holds many."""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ import time
 import torch
 
 from clusterbench.devices import synchronize
-
-GPU = (torch.bfloat16, 8192)
-CPU = (torch.float32, 512)
+from clusterbench.nodechecks import MATMUL_DTYPE, NODE_CHECKS
 
 
 def shape(device: torch.device) -> tuple[torch.dtype, int]:
-    return CPU if device.type == "cpu" else GPU
+    kind = "cpu" if device.type == "cpu" else "cuda"
+    return getattr(torch, MATMUL_DTYPE[kind]), NODE_CHECKS["peaks"].size(kind)
 
 
 def bytes_needed(device: torch.device) -> int:

@@ -7,7 +7,9 @@ import argparse
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from clusterbench.analyse.rules import Rule
 from clusterbench.args import clipped
 from clusterbench.errors import UsageError
 from clusterbench.units import human_bytes
@@ -47,6 +49,7 @@ class BurninOptions:
     window: float | None = None  # seconds; None: the duration / WINDOWS, within WINDOW_S
     memory_bytes: int | None = None  # per device; None: each rank's default for its device (burnin/memory.py)
     tolerance: float = 0.1  # a figure that falls by more than this share of its level drifts
+    node_rules: Path | None = None  # how the nodes' counters over the soak are judged; None: the shipped node rules
     in_run: bool = False  # `run` sets it: there the soak runs only when one of its options is given
 
 
@@ -58,6 +61,7 @@ class BurninPlan:
     level: str | None
     memory_bytes: int | None
     tolerance: float
+    rules: tuple[Rule, ...] = ()  # the node rules the counters are judged by (stages/burnin.py loads them)
 
 
 def plan_of(opts: BurninOptions, available_bytes: int | None, local_ranks: int) -> BurninPlan:

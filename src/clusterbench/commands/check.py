@@ -38,6 +38,7 @@ from clusterbench.analyse.rules import Rule
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 from clusterbench.fleet import actions
+from clusterbench.nodechecks import NODE_CHECKS
 from clusterbench.results.documents import utc_stamp
 from clusterbench.results.fleet import Band
 from clusterbench.store.record import Figure, RunRecord
@@ -107,9 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "spreads or half the median (default 0.1, as clusterbench fleet)")
     p.add_argument("--numerics-steps", dest="numerics_steps", type=argtypes.whole(0, 100), default=4,
                    help="steps of the numerics task each device trains; 0: none (default 4)")
-    p.add_argument("--node-rules", type=Path, metavar="FILE",
-                   help="judge the node's error counters and events by these rules (the form of `run --rules`; "
-                        "default: the shipped node_rules.yaml, as clusterbench fleet)")
+    node_rules.add_argument(p)
     p.add_argument("--node", help="this node's name in Slurm (default: SLURMD_NODENAME, else the short host name)")
     p.add_argument("--drain-on-fail", dest="drain", action="store_true",
                    help="on failure, drain this node with scontrol, the reason beginning 'clusterbench check:'")
@@ -255,6 +254,9 @@ def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
 def _take(outcome: Outcome, kind: str, value: Any, verbose: bool) -> None:
     if kind == "check":
         outcome.running, outcome.since = f"the {value} check", time.monotonic()
+        if verbose and value in NODE_CHECKS:
+            check = NODE_CHECKS[value]
+            print(f"# {value} ({check.kind}): {check.summary}", flush=True)
     elif kind == "node":
         outcome.what, outcome.klass = value
         if verbose:
@@ -264,6 +266,10 @@ def _take(outcome: Outcome, kind: str, value: Any, verbose: bool) -> None:
         outcome.figures[(device, metric)] = figure
         if verbose:
             print(f"  {device} {metric} {figure:.4g}{' (measured again)' if again else ''}", flush=True)
+    elif kind == "copy":
+        if verbose:
+            subject, metric, text = value
+            print(f"  {subject} {metric} {text}", flush=True)
     elif kind == "warning":
         outcome.warnings.append(value)
         if verbose:

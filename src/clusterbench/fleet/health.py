@@ -1,9 +1,9 @@
-"""A node's own health checks (docs/methodology.md §20): the node checks of nodechecks.NODE_CHECKS on one node,
-in order: its devices are there, its error counters and events pass the node rules, each device measures what a
-fleet run measured of its hardware class, and each trains the numerics task to finite losses, on a node of
-several devices the same bit for bit. A check that fails raises Unhealthy with the reason in one line. The
-figures are measured through fleet/measures.py as the fleet's node-local phase measures them, so that a fleet
-run's bands can judge them."""
+"""A node's own health checks (docs/methodology.md §20): its devices are there, then the node checks of
+nodechecks.NODE_CHECKS on one node, in the table's order, each one as its entry says (once for the node, or on
+each device in turn): the counts they give judged by the node rules, the losses of the numerics task by the
+vote of the node's devices, and at the end the figures by a baseline's bands. A check that fails raises
+Unhealthy with the reason in one line. The figures are measured through fleet/measures.py as the fleet's
+node-local phase measures them, so that a fleet run's bands can judge them."""
 
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ from clusterbench.analyse import agreement, bands, node_rules
 from clusterbench.analyse.fleet import node_class
 from clusterbench.analyse.rules import Rule
 from clusterbench.devices import device_name
-from clusterbench.fleet import measures, numerics
-from clusterbench.fleet.local import BANDED_CHECKS
+from clusterbench.fleet import measures
 from clusterbench.hw import counters
 from clusterbench.hw.host import cpu
-from clusterbench.nodechecks import NODE_CHECKS
+from clusterbench.nodechecks import NODE_CHECKS, NodeCheck
 from clusterbench.results.fleet import Band, Numerics
 
 PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
@@ -31,9 +30,10 @@ PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
 # numerics task and the slack before the deadline need the rest.
 PEAK_SHARE = 0.25
 MIN_PEAK_SECONDS = 0.02
+NODE = "node"  # the label of what a node check measured: the store keeps its figures under it
 
 # What the checks tell their watcher as they go: ("check", name), ("node", (what, klass)),
-# ("figure", (device, metric, value, measured_again)), ("warning", line).
+# ("figure", (device, metric, value, measured_again)), ("copy", (subject, metric, in words)), ("warning", line).
 Tell = Callable[[str, Any], None]
 
 
@@ -65,43 +65,78 @@ class Node:
 def run(gpus: int | None, baseline: list[Band] | None, tolerance: float, steps: int, deadline: float,
         tell: Tell, rules: list[Rule] | None = None) -> int:
     """The node checks (nodechecks.NODE_CHECKS), in order, within `deadline` (time.monotonic()); how many passed.
-    Raises Unhealthy. The counters are judged by `rules` (None: the shipped node rules); a WARN is told."""
+    Raises Unhealthy. The counts are judged by `rules` (None: the shipped node rules); a WARN is told."""
     tell("check", "devices")
     node = devices(gpus)
     tell("node", (node.what, node.klass))
     mine = None if baseline is None else bands_of(node, baseline)
-    first = node.devices[0]
+    rules = rules if rules is not None else node_rules.load()
     gpus_seen = tuple(d.device for d in node.devices if d.device.type == "cuda")
-    tell("check", "counters")
-    on = measures.On(first.device, first.name, 0.0, counters_of=tuple(counters.visible_gpus()))
-    found = measures.run_checks(on, {"node"}, ("counters",))
-    for miss in node_rules.judge(found.counts, found.findings, rules if rules is not None else node_rules.load()):
-        if miss.level == "FAIL":
-            raise Unhealthy(miss.line)
-        tell("warning", miss.line)
-    checks = 2
     left = deadline - time.monotonic()
     cost = sum(c.cost for c in NODE_CHECKS.values() if c.figures and (not c.gpu_only or gpus_seen))
     # Measured again included: twice the cost at most.
-    seconds = max(MIN_PEAK_SECONDS, min(PEAK_SECONDS, PEAK_SHARE * left / (2 * cost * len(node.devices))))
-    tell("check", "peaks")
-    figures = {d.label: measure(d, seconds, tell) for d in node.devices}
-    checks += 1
-    if len(gpus_seen) > 1:
-        tell("check", "peer copies")
-        on = measures.On(first.device, first.name, seconds, devices=gpus_seen)
-        for metric, value in measures.run_checks(on, {"node"}, ("peer_copies",)).figures.items():
-            tell("figure", ("node", metric, value, False))
-        checks += 1
-    if steps:
-        tell("check", "numerics")
-        vote(node, steps)
+    seconds = max(MIN_PEAK_SECONDS, min(PEAK_SECONDS, PEAK_SHARE * left / (2 * max(cost, 1.0) * len(node.devices))))
+    targets = _Targets(node, seconds, steps)
+    figures: dict[str, dict[str, float]] = {}
+    checks = 1
+    for check in NODE_CHECKS.values():
+        places = targets.of(check)
+        if not places:
+            continue
+        tell("check", check.name)
+        found = measures.Found()
+        runs = []
+        for label, on in places:
+            got = measures.measure_of(check)(on)
+            _told(label, got, figures, tell)
+            runs.append(Numerics(on.rank, "", label, got.losses))
+            found.add(got)
+        for miss in node_rules.judge(found.counts, found.findings, node_rules.of(rules, check.counts)):
+            if miss.level == "FAIL":
+                raise Unhealthy(miss.line)
+            tell("warning", miss.line)
+        if check.votes:
+            judge_numerics(runs, node.klass)
         checks += 1
     if mine is not None:
         tell("check", "baseline")
-        judge(node, figures, mine, tolerance, lambda d: measure(d, seconds, tell, again=True))
+        judge(node, figures, mine, tolerance, lambda label: targets.again(label, tell))
         checks += 1
     return checks
+
+
+def _told(label: str, got: measures.Found, figures: dict[str, dict[str, float]], tell: Tell,
+          again: bool = False) -> None:
+    for metric, value in got.figures.items():
+        figures.setdefault(label, {})[metric] = value
+        tell("figure", (label, metric, value, again))
+    for c in got.copies:
+        tell("copy", (c.subject, c.metric, c.text()))
+
+
+class _Targets:
+    """What each check measures on this node: the node once (its first device, seeing every GPU), or each device."""
+
+    def __init__(self, node: Node, seconds: float, steps: int) -> None:
+        first = node.devices[0]
+        gpus_seen = tuple(d.device for d in node.devices if d.device.type == "cuda")
+        self.node = [(NODE, measures.On(first.device, first.name, seconds, devices=gpus_seen,
+                                        counters_of=tuple(counters.node_gpus())))]
+        self.devices = [(d.label, measures.On(d.device, d.name, seconds, i, steps)) for i, d in enumerate(node.devices)]
+
+    def of(self, check: NodeCheck) -> list[tuple[str, measures.On]]:
+        """Where `check` measures; none where it has nothing to (a GPU check on a CPU, the ranks' on one process)."""
+        where = {"node": self.node, "device": self.devices}.get(check.scope, [])
+        return [(label, on) for label, on in where if measures.applies(check, on)]
+
+    def again(self, label: str, tell: Tell) -> dict[str, float]:
+        """The figures the bands judge of `label` (a device, or the node), measured once more."""
+        figures: dict[str, dict[str, float]] = {}
+        for check in NODE_CHECKS.values():
+            for mine, on in self.of(check):
+                if check.figures and mine == label:
+                    _told(label, measures.measure_of(check)(on), figures, tell, again=True)
+        return figures.get(label, {})
 
 
 def devices(gpus: int | None) -> Node:
@@ -130,21 +165,6 @@ def bands_of(node: Node, baseline: list[Band]) -> list[Band]:
     return mine
 
 
-def measure(d: Device, seconds: float, tell: Tell, again: bool = False) -> dict[str, float]:
-    """The device's figures the bands judge, as the fleet's node-local phase measures them."""
-    on = measures.On(d.device, d.name, seconds)
-    figures = measures.run_checks(on, {"device"}, BANDED_CHECKS).figures
-    for metric, value in figures.items():
-        tell("figure", (d.label, metric, value, again))
-    return figures
-
-
-def vote(node: Node, steps: int) -> None:
-    """Each device trains the numerics task: every loss finite, and the devices agree bit for bit."""
-    judge_numerics([Numerics(i, "", d.label, numerics.losses(d.device, i, steps)) for i, d in enumerate(node.devices)],
-                   node.klass)
-
-
 def judge_numerics(runs: list[Numerics], klass: str) -> None:
     """The losses of each device of one node (of class `klass`): all finite, and the same bit for bit."""
     for r in runs:
@@ -162,13 +182,14 @@ def judge_numerics(runs: list[Numerics], klass: str) -> None:
 
 
 def judge(node: Node, found: dict[str, dict[str, float]], mine: list[Band], tolerance: float,
-          again: Callable[[Device], dict[str, float]]) -> None:
-    """Each device's figures against its class's bands, as the fleet judges a node's: a figure out of its
-    band is measured once more, and fails only when it is out again (one noisy sample drains no node)."""
+          again: Callable[[str], dict[str, float]]) -> None:
+    """Each device's figures (and the node's own, of its node checks) against its class's bands, as the fleet judges
+    a node's: a figure out of its band is measured once more, and fails only when it is out again (one noisy sample
+    drains no node)."""
     band_of = {b.metric: b for b in mine}
     probes = {label: (node.klass, figures) for label, figures in found.items()}
     for label, metrics in bands.outliers(probes, mine, tolerance).items():
-        second = again(next(d for d in node.devices if d.label == label))
+        second = again(label)
         for metric in metrics:
             band = band_of[metric]
             if bands.out_of(band, second[metric], tolerance):

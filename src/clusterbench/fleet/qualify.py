@@ -54,7 +54,7 @@ def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None, bu
         fleet.probes, fleet.numerics = local.assemble(parts, nodes)
         rank.folder.record(fleet=fleet)
         for p in fleet.probes[:SHOWN_ALL]:
-            rank.say(f"#   {p.node}: " + ", ".join(f"{BANDED[k]} {v:.3g}" for k, v in p.metrics.items()))
+            rank.say(f"#   {p.node}: " + ", ".join(f"{BANDED.get(k, k)} {v:.3g}" for k, v in p.metrics.items()))
         if len(fleet.probes) > SHOWN_ALL:
             rank.say(f"#   and {len(fleet.probes) - SHOWN_ALL} more nodes (each one's figures: run.json, the report)")
     clock.lap("node-local")

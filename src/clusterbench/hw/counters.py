@@ -1,8 +1,9 @@
 """The node's passive counters and events (docs/methodology.md §20), read without loading anything: each GPU's
 ECC, row remaps, PCIe replays and PCIe link through NVML and sysfs, each NIC's and InfiniBand port's errors and
-link flaps, and the Xid lines NVIDIA's driver left in the kernel log. snapshot() reads them at one moment;
-states() says what is wrong now, growth() what grew between two snapshots, figures() the counts the node rules
-judge. hw/events.py says what each counter and Xid means and calls for.
+link flaps, and the Xid lines NVIDIA's driver left in the kernel log (hw/kernel_log.py, which says which are
+recent). snapshot() reads them at one moment; states() says what is wrong now, growth() what grew between two
+snapshots, figures() the counts the node rules judge. hw/events.py says what each counter and Xid means and calls
+for.
 
 Nothing here raises for what a node lacks or will not say: a file that cannot be read is skipped, and NVML that
 cannot start or a kernel log that cannot be opened is named in the snapshot's `missing`.
@@ -13,39 +14,23 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench.hw import nvml
+from clusterbench.hw import kernel_log, nvml
 from clusterbench.hw.events import ACTIONS, COUNTERS, IB_STATES, XID_METRIC, Counter, xid
+from clusterbench.hw.kernel_log import XidEvent
 from clusterbench.results.findings import Finding
 
-KMSG = Path("/dev/kmsg")
-# However large the kernel log, what is read of it is bounded: of a file its newest lines, of /dev/kmsg the
-# oldest records the ring buffer still holds (a ring buffer is far smaller than this).
-MAX_RECORDS = 100_000
-MAX_LOG_BYTES = 16 * 1024**2
-_KMSG_READ = 8192  # one read of /dev/kmsg returns one record, which the kernel keeps below this
 _VALUE_BYTES = 4096  # a sysfs value is one short line: a longer file holds none
-_LINE_CHARS = 4096
-_DETAIL_CHARS = 200
 # NVML C enum values (a stable ABI), literal as in telemetry/gpu.py.
 _ECC_UNCORRECTED, _ECC_VOLATILE = 1, 0
 _GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # sysfs says "16.0 GT/s PCIe"
 _NIC_TOP = {"carrier_changes"}  # beside statistics/, which holds the other NIC counters
 _IB_STATE = "port_state"
-
-# NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.  Older drivers leave out
-# "PCI:", newer ones may name the function.
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?\): "
-                  r"(\d{1,6})\b,?\s*(.*)")
-_WHO = re.compile(r"^(?:(?:pid|name)=[^,]*,\s*)+")
-_MONOTONIC = re.compile(r"\[\s*(\d+\.\d+)\]")  # dmesg's and journalctl -o short-monotonic's seconds since boot
-_WALL = re.compile(r"^(\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)")  # journalctl's default, -o short-iso
 
 
 @dataclass(frozen=True)
@@ -57,8 +42,28 @@ class GpuRef:
     bus_id: str | None = None  # its PCI address, as NVML or sysfs spells it
 
 
-def visible_gpus() -> list[GpuRef]:
-    """Every GPU torch sees in this process, as the counters name them: torch's label, its UUID, its PCI address."""
+def node_gpus() -> list[GpuRef]:
+    """Every GPU NVML sees on this node, read once by its first rank: a scheduler that binds one GPU to each task
+    (Slurm's --gpus-per-task, Ray) hides the others from torch, not from NVML. A GPU torch sees keeps torch's label
+    ("cuda:0"); another is named by NVML's index, as nvidia-smi numbers it ("GPU 3"). Without NVML, the GPUs torch
+    sees."""
+    seen = {nvml.uuid_key(ref.uuid): ref for ref in _torch_gpus()}
+    with nvml.session() as (lib, _):
+        if lib is None:
+            return list(seen.values())
+        refs = []
+        for i in range(nvml.call(lib, "nvmlDeviceGetCount") or 0):
+            handle = nvml.call(lib, "nvmlDeviceGetHandleByIndex", i)
+            uuid, pci = nvml.text(nvml.call(lib, "nvmlDeviceGetUUID", handle)), nvml.call(lib, "nvmlDeviceGetPciInfo",
+                                                                                         handle)
+            bus = nvml.bus_key(nvml.text(pci.busId) or "") if pci is not None else None
+            mine = seen.get(nvml.uuid_key(uuid)) if uuid else None
+            refs.append(GpuRef(mine.label if mine else f"GPU {i}", uuid, bus))
+        return refs or list(seen.values())
+
+
+def _torch_gpus() -> list[GpuRef]:
+    """Every GPU torch sees in this process: torch's label, its UUID, its PCI address."""
     import torch  # only where GPUs are read: the counters themselves need no torch
 
     refs = []
@@ -69,51 +74,44 @@ def visible_gpus() -> list[GpuRef]:
 
 
 @dataclass(frozen=True)
-class XidEvent:
-    code: int
-    pci: str  # domain:bus:device, as the driver names the GPU: "0000:3b:00"
-    stamp: str  # the kernel's time of it ("20943.189436", "Dec 01 12:00:00"), else its place ("line 12")
-    gpu: str | None  # the label of the GpuRef at that address; None: a GPU snapshot() was not handed
-    detail: str = ""  # the driver's own words after the code
-
-    @property
-    def subject(self) -> str:
-        return self.gpu or f"PCI:{self.pci}"
-
-
-@dataclass(frozen=True)
 class Snapshot:
     counters: dict[str, float]  # "SUBJECT/COUNTER": "eth0/carrier_changes", "mlx5_0:1/symbol_error", "cuda:0/..."
-    xids: tuple[XidEvent, ...]  # every Xid line of the kernel log, oldest first
+    xids: tuple[XidEvent, ...]  # every Xid line of the kernel log, oldest first, each told recent or not
     kernel_log: str | None  # where the Xids were read; None: no kernel log could be
     missing: tuple[str, ...]  # what could not be read, each in a few words
     taken_s: float  # time.monotonic()
 
 
-def snapshot(gpus: list[GpuRef], sys_root: Path = Path("/sys"), kernel_log: Path | None = None,
-             virtual: bool = False) -> Snapshot:
+def snapshot(gpus: list[GpuRef], sys_root: Path = Path("/sys"), kernel_log_file: Path | None = None,
+             virtual: bool = False, kernel_now_s: float | None = None) -> Snapshot:
     """The node's counters and Xid events now: its NICs and InfiniBand ports, the GPUs in `gpus`, and the kernel
-    log (`kernel_log`, a file of kernel lines such as journalctl -k writes, else /dev/kmsg). A NIC without a
+    log (`kernel_log_file`, a file of kernel lines such as dmesg writes, else /dev/kmsg). A NIC without a
     device behind it (veth, bridge, bond, tunnel) is read only with `virtual`: a container host makes and
-    unmakes them by the minute, and their flaps say nothing of a cable."""
+    unmakes them by the minute, and their flaps say nothing of a cable. `kernel_now_s`: the kernel's seconds since
+    boot that tell a recent Xid (default: now, by the clock the kernel stamps its records with)."""
     found = _nics(sys_root / "class" / "net", virtual) | _infiniband(sys_root / "class" / "infiniband")
     on_gpus, buses, missing = _gpus(gpus, sys_root)
-    lines, source = _log_file(kernel_log) if kernel_log is not None else _kmsg(KMSG)
+    lines, source = kernel_log.read(kernel_log_file)
     if lines is None:
         missing.append(source)
-    return Snapshot(found | on_gpus, _xids(lines or [], buses), source if lines is not None else None,
-                    tuple(missing), time.monotonic())
+    taken = time.monotonic()
+    events = kernel_log.xids(lines or [], buses, kernel_now_s if kernel_now_s is not None else taken)
+    return Snapshot(found | on_gpus, events, source if lines is not None else None, tuple(missing), taken)
 
 
 def states(snap: Snapshot) -> list[Finding]:
     """What is wrong with the node now: uncorrectable ECC errors, retired pages or row remaps waiting for a reset,
-    a failed remap, a PCIe link below its maximum, an InfiniBand port that is not ACTIVE, and every Xid since boot."""
+    a failed remap, a PCIe link below its maximum, an InfiniBand port that is not ACTIVE, and the recent Xids (the
+    older ones as information, judged by no rule)."""
     found = []
     for key, value in snap.counters.items():
         subject, c = _split(key)
         if c is not None and c.now and value != c.healthy:
             found.append(_state(subject, c, value, snap.counters))
-    return found + _xid_findings(snap.xids, "since boot")
+    hours = kernel_log.RECENT_S / 3600
+    recent = f"in the last {hours:g} hour{'' if hours == 1 else 's'} of this driver"
+    return (found + _xid_findings([e for e in snap.xids if e.recent], recent)
+            + _xid_findings([e for e in snap.xids if not e.recent], "earlier since boot", judged=False))
 
 
 def growth(before: Snapshot, after: Snapshot) -> list[Finding]:
@@ -131,17 +129,21 @@ def growth(before: Snapshot, after: Snapshot) -> list[Finding]:
             if c.per > 1:
                 what += f": {math.ceil(grew / c.per)} {c.event}"
             found.append(Finding(subject, what, c.severity, ACTIONS[c.action], c.metric))
-    if before.kernel_log is not None and after.kernel_log is not None:
-        seen = set(before.xids)
-        found += _xid_findings([e for e in after.xids if e not in seen], f"in {seconds:.1f} s")
-    return found
+    return found + _xid_findings(_new_xids(before, after), f"in {seconds:.1f} s")
+
+
+def soaked(before: Snapshot, after: Snapshot) -> tuple[dict[str, float], list[Finding]]:
+    """What a node's counters say of a soak from `before` to `after`: the counts the node rules judge (the states
+    at its end, the growth over it, the Xids new in it) and the findings behind them."""
+    found = growth(before, after) + [f for f in states(after) if f.metric and f.metric not in XID_METRIC.values()]
+    return figures(before, after), found
 
 
 def figures(before: Snapshot | None, after: Snapshot) -> dict[str, float]:
     """The counts the node rules judge, named counters.<metric>: of a state, how many GPUs or ports are in it
-    (an error count adds up) in `after`; of a growing count, its growth from `before`; of Xid events, those in
-    `after`'s kernel log by kind. What the node cannot tell (no GPU, no InfiniBand, no kernel log, no earlier
-    snapshot) is absent, not 0."""
+    (an error count adds up) in `after`; of a growing count, its growth from `before`; of Xid events by their
+    severity, those new since `before`, else the recent ones of `after`. What the node cannot tell (no GPU, no
+    InfiniBand, no kernel log, no earlier snapshot) is absent, not 0."""
     found: dict[str, float] = {}
     for key, value in after.counters.items():
         _, c = _split(key)
@@ -157,9 +159,22 @@ def figures(before: Snapshot | None, after: Snapshot) -> dict[str, float]:
     if after.kernel_log is not None:
         for metric in XID_METRIC.values():
             found.setdefault(metric, 0.0)
-        for event in after.xids:
-            found[XID_METRIC[xid(event.code).kind]] += 1
+        judged = _new_xids(before, after) if before is not None else [e for e in after.xids if e.recent]
+        for event in judged:
+            found[XID_METRIC[xid(event.code).severity]] += 1
     return found
+
+
+def _new_xids(before: Snapshot | None, after: Snapshot) -> list[XidEvent]:
+    """The Xids in `after`'s kernel log that `before`'s did not hold (none where either could not be read)."""
+    if before is None or before.kernel_log is None or after.kernel_log is None:
+        return []
+    seen = {_key(e) for e in before.xids}
+    return [e for e in after.xids if _key(e) not in seen]
+
+
+def _key(event: XidEvent) -> tuple[int, str, str, str]:
+    return event.code, event.pci, event.stamp, event.detail  # not `recent`: an Xid grows old between two readings
 
 
 def _split(key: str) -> tuple[str, Counter | None]:
@@ -177,7 +192,7 @@ def _state(subject: str, c: Counter, value: float, counters: dict[str, float]) -
         what = f"PCIe link at x{widest - value:g} of x{widest:g}"
     elif c.name == "pcie_gen_drop":
         newest = counters.get(f"{subject}/pcie_gen_max", value)
-        what = f"PCIe link at gen {newest - value:g} of {newest:g}"
+        what = f"PCIe link at gen {newest - value:g} of {newest:g} while idle"
     elif c.name == _IB_STATE:
         what = f"port {IB_STATES.get(int(value), f'in state {value:g}')}, not {IB_STATES[int(c.healthy)]}"
     else:
@@ -185,8 +200,9 @@ def _state(subject: str, c: Counter, value: float, counters: dict[str, float]) -
     return Finding(subject, what, c.severity, ACTIONS[c.action], c.metric)
 
 
-def _xid_findings(events: Iterable[XidEvent], when: str) -> list[Finding]:
-    """One finding per GPU and code: a GPU in trouble logs the same Xid many times."""
+def _xid_findings(events: Iterable[XidEvent], when: str, judged: bool = True) -> list[Finding]:
+    """One finding per GPU and code (a GPU in trouble logs the same Xid many times), of the Xid's own severity and
+    action where it is judged, else information."""
     groups: dict[tuple[str, int], list[XidEvent]] = {}
     for event in events:
         groups.setdefault((event.subject, event.code), []).append(event)
@@ -195,8 +211,12 @@ def _xid_findings(events: Iterable[XidEvent], when: str) -> list[Finding]:
         x, last = xid(code), seen[-1]
         words = f"{x.what}: {last.detail}" if x.kind == "unknown" and last.detail else x.what
         times = "once" if len(seen) == 1 else f"{len(seen)} times"
-        found.append(Finding(subject, f"Xid {code} ({words}) {times} {when}, last at {last.stamp}", x.severity,
-                             ACTIONS[x.action], XID_METRIC[x.kind]))
+        what = f"Xid {code} ({words}) {times} {when}, last at {last.stamp}"
+        if judged:
+            found.append(Finding(subject, what, x.severity, ACTIONS[x.action], XID_METRIC[x.severity]))
+        else:
+            found.append(Finding(subject, f"{what} (not judged: before the driver's last load or over "
+                                          f"{kernel_log.RECENT_S / 3600:g} h ago)", "info", ACTIONS["earlier_xid"]))
     return found
 
 
@@ -320,88 +340,3 @@ def _pcie(device: Path) -> dict[str, float]:
 def _generation(path: Path) -> int | None:
     match = re.match(r"(\d+(?:\.\d+)?) GT/s", _read(path) or "")  # "Unknown" where the link is down
     return _GEN_OF_GTS.get(float(match.group(1))) if match else None
-
-
-def _log_file(path: Path) -> tuple[list[tuple[str, str]] | None, str]:
-    """The newest lines of a file of kernel lines as (place, text), and its name; None and why not where it
-    cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except (OSError, ValueError) as e:
-        return None, f"kernel log: cannot read {path} ({getattr(e, 'strerror', None) or e})"
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):  # a folder cannot be read, a FIFO or a device would feed us without end
-        os.close(fd)
-        return None, f"kernel log: {path} is not a regular file"
-    with os.fdopen(fd, "rb") as f:
-        start = max(0, info.st_size - MAX_LOG_BYTES)
-        try:
-            f.seek(start)
-            data = f.read(MAX_LOG_BYTES)
-        except OSError as e:
-            return None, f"kernel log: cannot read {path} ({e.strerror or e})"
-    lines = data.decode(errors="replace").split("\n")[1 if start else 0:]  # past the start, the first is cut
-    kept = lines[-MAX_RECORDS:]
-    skipped = len(lines) - len(kept)
-    return [(f"line {skipped + i + 1}", line[:_LINE_CHARS]) for i, line in enumerate(kept)], str(path)
-
-
-def _kmsg(path: Path) -> tuple[list[tuple[str, str]] | None, str]:
-    """Every record the kernel's ring buffer holds as (seconds since boot, text), read without waiting for more;
-    None and why not where it cannot be opened (a container, dmesg_restrict without CAP_SYSLOG)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as e:
-        return None, f"kernel log: cannot open {path} ({e.strerror or e})"
-    lines: list[tuple[str, str]] = []
-    taken = 0
-    try:
-        for _ in range(MAX_RECORDS):
-            try:
-                record = os.read(fd, _KMSG_READ)
-            except BrokenPipeError:  # overwritten while we read: the next read goes on from the oldest left
-                continue
-            except BlockingIOError:  # nothing more until the kernel logs again
-                break
-            except OSError as e:
-                return None, f"kernel log: cannot read {path} ({e.strerror or e})"
-            taken += len(record)
-            if not record or taken > MAX_LOG_BYTES:
-                break
-            lines.append(_kmsg_record(record))
-    finally:
-        os.close(fd)
-    return lines, str(path)
-
-
-def _kmsg_record(record: bytes) -> tuple[str, str]:
-    """(seconds since boot, as dmesg prints them, and the message) of "6,5774,20943189436,-;message\\n KEY=..."."""
-    head, _, body = record.decode(errors="replace").partition(";")
-    text = body.split("\n", 1)[0][:_LINE_CHARS]
-    fields = head.split(",")
-    if len(fields) < 3 or not fields[2].isdigit():
-        return "", text
-    usec = int(fields[2])
-    return f"{usec // 1_000_000}.{usec % 1_000_000:06d}", text
-
-
-def _xids(lines: list[tuple[str, str]], buses: dict[str, str]) -> tuple[XidEvent, ...]:
-    """The Xid events among the kernel's lines, each attributed to the GPU at its PCI address."""
-    gpu_at = {bus.rsplit(".", 1)[0]: label for label, bus in buses.items()}
-    events = []
-    for place, text in lines:
-        match = _XID.search(text)
-        if match is None:
-            continue
-        domain, bus, device, code, rest = match.groups()
-        pci = f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
-        stamp = _stamp(text[:match.start()]) or place or "?"
-        events.append(XidEvent(int(code), pci, stamp, gpu_at.get(pci), _WHO.sub("", rest).strip()[:_DETAIL_CHARS]))
-    return tuple(events)
-
-
-def _stamp(prefix: str) -> str | None:
-    """The time a line of a kernel log file gives before its message: seconds since boot where it has them, as
-    /dev/kmsg's records are stamped, else the wall clock."""
-    match = _MONOTONIC.search(prefix) or _WALL.match(prefix)
-    return match.group(1) if match else None

@@ -3,7 +3,8 @@ words, what each NVIDIA Xid code means and calls for, and each counter hw/counte
 judged (docs/methodology.md §20).
 
 The Xid entries follow NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors) and its GPU debug guidelines:
-the kind says where NVIDIA places the usual cause, the action what an operator does first.
+the kind says where NVIDIA places the usual cause, the severity how the node rules judge a recent one (its metric,
+XID_METRIC), the action what an operator does first.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ ACTIONS: dict[str, str] = {
     "watch": "keep watching: drain if it grows",
     "load": "read the link again under load (clusterbench info --pcie-load): an idle GPU lowers its generation",
     "triage": "an Xid this table does not know: look it up in NVIDIA's Xid catalog and triage it by hand",
+    "earlier_xid": "none now: what it left that lasts, the counters and the device checks judge",
 }
 
 
@@ -82,9 +84,10 @@ XIDS: dict[int, Xid] = {
     )
 }
 
-# The figure each kind of Xid counts toward, which the node rules judge.
-XID_METRIC: dict[Kind, str] = {"hardware": "counters.xid_hardware", "driver": "counters.xid_driver",
-                               "application": "counters.xid_application", "unknown": "counters.xid_unknown"}
+# The figure a recent Xid counts toward, by its own severity, which the node rules judge: one Xid 92 (a high
+# single-bit error rate: keep watching) is no Xid 79 (a GPU fallen off the bus).
+XID_METRIC: dict[Severity, str] = {"critical": "counters.xid_critical", "warning": "counters.xid_warning",
+                                   "info": "counters.xid_info"}
 
 
 def xid(code: int) -> Xid:
@@ -125,7 +128,8 @@ COUNTERS: dict[str, Counter] = {
                 "counters.remap_failed", now=True, grows=False),
         Counter("pcie_width_drop", "GPU", "PCIe lanes below the link's maximum", "warning", "reseat",
                 "counters.pcie_downtrained", now=True, grows=False),
-        # Not judged: an idle GPU lowers its generation to save power, so a reading alone cannot tell.
+        # Not judged here: an idle GPU lowers its generation to save power, so a reading alone cannot tell. The
+        # host_device check reads the generation while its copies load the link: that reading is judged.
         Counter("pcie_gen_drop", "GPU", "PCIe generations below the link's maximum", "info", "load", "",
                 now=True, grows=False),
         Counter("pcie_replays", "GPU", "PCIe replays", "warning", "reseat", "counters.pcie_replays",

@@ -42,7 +42,7 @@ def gpu(nvml: Any, index: int, handle: Any) -> Gpu:
     pci = call(nvml, "nvmlDeviceGetPciInfo", handle)
     bus_id = bus_key(text(pci.busId)) if pci is not None else None
     memory = call(nvml, "nvmlDeviceGetMemoryInfo", handle)
-    links = _nvlinks(nvml, handle)
+    links = nvlinks(nvml, handle)
     active = [link for link in links if link.active]
     gen = max((link.version or 0 for link in active), default=0) or None
     return Gpu(
@@ -84,7 +84,7 @@ def _pcie_link(
     )
 
 
-def _nvlinks(nvml: Any, handle: Any) -> list[NvLink]:
+def nvlinks(nvml: Any, handle: Any) -> list[NvLink]:
     links = []
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         # NotSupported (no NVLink) or InvalidArgument (past this GPU's last link).

@@ -12,7 +12,6 @@ from clusterbench.report.blocks import card, cards, details, esc, note, num, sec
 from clusterbench.report.plots import PALETTE, drawable, inline_svg, styled
 from clusterbench.results.burnin import Burnin, Window
 from clusterbench.results.findings import Finding
-from clusterbench.results.schema import Run
 from clusterbench.units import human_bytes
 
 _BADGE = {"critical": "fail", "warning": "warn", "info": "info"}
@@ -29,21 +28,25 @@ def plot_count(b: Burnin) -> int:
     return len(_drawn(b))
 
 
-def burnin_section(b: Burnin, run: Run) -> str:
+def burnin_section(b: Burnin) -> str:
+    """The section of a concluded soak (analyse/burnin.judged)."""
     by = analysis.series(b.windows)
-    # A run whose conclusion never ran (its owner died too) is judged here the same way.
-    found = b.findings or analysis.conclude(b, run.telemetry, run.status != "complete").findings
+    found = b.findings
     wrong = analysis.wrong_words(b)
     body = cards([
         card("soak", f"{num(b.elapsed_s, 3)} s", f"of {num(b.duration_s, 4)} s asked" + (f" ({esc(b.level)})"
                                                                                         if b.level else "")),
-        card("windows", str(min((len(rows) for rows in by.values()), default=0)),
+        card("windows", str(min((analysis.measured(rows) for rows in by.values()), default=0)),
              f"of {analysis.expected_windows(b)}, {num(b.window_s, 3)} s each, per device"),
         card("devices", str(len(by))),
         card("wrong words", str(wrong), f"in {esc(human_bytes(b.memory_bytes))} per device"),
     ])
     if analysis.partial(b):
         body += note("The soak was cut short: judged on the windows it measured, and never passed.", "fail")
+    spans = max((w.spans for w in b.windows), default=1)
+    if spans > 1:
+        body += note(f"Each point stands for {spans} windows merged (run.json keeps a long soak's series thinned); "
+                     "burnin.csv holds every window.")
     drifts = analysis.drifts(b)
     plots = [_plot(b, by, figure, words, [d for d in drifts if d.figure == figure]) for figure, words in _drawn(b)]
     for pair in itertools.zip_longest(*[iter(plots)] * 2, fillvalue=""):

@@ -78,6 +78,9 @@ def fleet_section(fleet: Fleet) -> str:
     extra = ""
     if fleet.excluded:
         extra += note(f"Take out: <code>--exclude={esc(fleet.exclude)}</code>", "fail")
+    for f in fleet.job_findings:
+        extra += note(esc(f"Of the job, no one node ({f.severity}): {f.subject}: {f.what}; {f.action}"),
+                      "fail" if f.severity == "critical" else "warn")
     for text in fleet.bad_switches:
         extra += note(esc(f"A fault its nodes share: {text}"), "fail")
     if fleet.coverage is not None:
@@ -106,6 +109,12 @@ def fleet_section(fleet: Fleet) -> str:
             ["fact", "odd nodes", "their values", "majority", "nodes with it"],
             [[esc(o.fact), esc(", ".join(o.nodes)), esc(", ".join(o.values)), esc(o.majority), str(o.majority_nodes)]
              for o in fleet.odd_facts], numeric_from=4)
+    copies = [(p.node, c) for p in fleet.probes for c in p.copies]
+    if copies:
+        extra += details(f"copies: each node's slowest, against its link ({len(copies)})", table(
+            ["node", "copy", "figure", "best GB/s", "median", "worst", "batches", "link", "of the link"],
+            [[esc(node), esc(c.subject), esc(COLUMNS.get(c.metric, c.metric)), num(c.gbps), num(c.median_gbps),
+              num(c.worst_gbps), str(c.batches), esc(c.link), num(c.share)] for node, c in copies], numeric_from=3))
     if fleet.divergences:
         extra += "<h3>Numerics vote</h3>" + table(
             ["node", "rank", "device", "first step", "its loss", "the majority's", "majority of"],

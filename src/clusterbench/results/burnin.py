@@ -1,7 +1,9 @@
 """A burn-in as run.json keeps it (its section `burnin`, in Run.extra) and burnin.csv holds it: every device
-under sustained load for a duration, a row per device and window of time, and the findings that only time shows
-(docs/burnin.md). The rows are written as each window ends (burnin.csv at once, run.json every so often), so a
-soak cut short by Ctrl-C or a dead rank is judged on what it measured, as partial."""
+under sustained load for a duration, a row per device and window of time in burnin.csv, and the findings that only
+time shows (docs/burnin.md). burnin.csv gets every window as it ends; run.json, every so often, each device's
+series thinned to at most burnin/series.MAX_POINTS points (neighbouring windows merged, so an 8-hour soak's section
+is as large as a quarter-hour's), with what each node's counters said of the soak so far. A soak cut short by
+Ctrl-C or a dead rank is judged on what it measured, as partial."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from clusterbench.results.codec import ELAPSED_S, NONNEGATIVE, bounds
+from clusterbench.results.codec import AT_LEAST_ONE, ELAPSED_S, NONNEGATIVE, bounds
 from clusterbench.results.findings import Finding
 
 TABLE = "burnin"  # its windows, also in <run folder>/burnin.csv
@@ -19,7 +21,9 @@ Level = Literal["quick", "medium", "long", "extended"]
 
 @dataclass(frozen=True)
 class Window:
-    """One device's figures over one window of the soak (burnin.csv's row)."""
+    """One device's figures over one window of the soak (burnin.csv's row), or over `spans` windows merged
+    (run.json's thinned series: the figures their mean, the wrong words their sum, the repeat the same only where
+    it was in each, the digest the hash of theirs)."""
 
     rank: int = field(metadata=NONNEGATIVE)
     node: str
@@ -32,6 +36,7 @@ class Window:
     wrong_words: int = field(default=0, metadata=NONNEGATIVE)  # memory-test words read back wrong this window
     repeat_same: bool | None = None  # the deterministic computation gave its first result bit for bit; None: not run
     digest: str | None = None  # the hash of that computation's result bytes, voted on across devices of one kind
+    spans: int = field(default=1, metadata=AT_LEAST_ONE)  # windows of the soak it stands for
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,17 @@ class WrongWord:
 
 
 @dataclass(frozen=True)
+class NodeCounters:
+    """What one node's error counters and events said of the soak, from its start to the node's latest reading:
+    the counts the node rules judge and the findings behind them (hw/counters.soaked)."""
+
+    node: str
+    counts: dict[str, float] = field(metadata=NONNEGATIVE)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = field(default=0.0, metadata=ELAPSED_S)  # of the soak the latest reading covers
+
+
+@dataclass(frozen=True)
 class Burnin:
     """The soak: what was asked, how far it got, and what it found."""
 
@@ -68,8 +84,8 @@ class Burnin:
     elapsed_s: float = field(default=0.0, metadata=ELAPSED_S)  # how long it ran
     partial: bool = False  # cut short (Ctrl-C, a dead rank): judged on what it measured, never PASS
     tolerance: float = field(default=0.1, metadata=bounds(0, 1))  # a figure that falls more than this share drifts
-    windows: list[Window] = field(default_factory=list)  # every device's, in the order they arrived
+    windows: list[Window] = field(default_factory=list)  # every device's series, thinned (see the module's doc)
     wrong: list[WrongWord] = field(default_factory=list)  # the first wrong words, bounded
-    # What each node's error counters and events grew by over the soak (hw/counters.py), each "SUBJECT on NODE".
-    counters: list[Finding] = field(default_factory=list)
+    counters: list[NodeCounters] = field(default_factory=list)  # each node's, as of its latest reading
     findings: list[Finding] = field(default_factory=list)  # filled once the ranks end
+    concluded: bool = False  # the findings are the conclusion's (of the node rules the run was given)

@@ -19,6 +19,34 @@ NodeVerdict = Literal["PASS", "SUSPECT", "EXCLUDE"]
 
 
 @dataclass(frozen=True)
+class CopyFigure:
+    """A copy's GB/s over its batches (host to device, device to host, or between two GPUs): the best batch (the
+    figure the bands judge: a copy is only ever slowed by others), the median and the worst, against what its link
+    can reach by the link table (docs/methodology.md §2) where NVML tells the link."""
+
+    subject: str  # the device, "cuda:0", or the pair, "cuda:0 -> cuda:3"
+    metric: str  # the figure it gives: h2d_gbps, d2h_gbps, p2p_min_gbps
+    gbps: float = field(metadata=NONNEGATIVE)
+    median_gbps: float = field(metadata=NONNEGATIVE)
+    worst_gbps: float = field(metadata=NONNEGATIVE)
+    batches: int = field(metadata=NONNEGATIVE)
+    theoretical_gbps: float | None = field(default=None, metadata=NONNEGATIVE)
+    link: str = ""  # the link in words: "PCIe gen5 x16", "NVLink 4 x18"
+
+    @property
+    def share(self) -> float | None:
+        """The best batch's share of the link's theoretical figure."""
+        return self.gbps / self.theoretical_gbps if self.theoretical_gbps else None
+
+    def text(self) -> str:
+        """"52.1 GB/s (median 51.8, worst 50.9 over 12 batches), 0.83 of PCIe gen5 x16's 63"."""
+        line = (f"{self.gbps:.3g} GB/s (median {self.median_gbps:.3g}, worst {self.worst_gbps:.3g} over "
+                f"{self.batches} batches)")
+        share = self.share
+        return line + (f", {share:.2f} of {self.link}'s {self.theoretical_gbps:.3g}" if share is not None else "")
+
+
+@dataclass(frozen=True)
 class NodeProbe:
     """One node's own facts and figures, from its first rank (and each of its devices). Its hardware picture
     stays on the node (run.json holds rank 0's): a fleet's would make run.json 31 KB a node bigger."""
@@ -30,6 +58,7 @@ class NodeProbe:
     metrics: dict[str, float] = field(metadata=NONNEGATIVE)  # the node checks' figures the bands judge
     counts: dict[str, float] = field(default_factory=dict, metadata=NONNEGATIVE)  # counters the node rules judge
     findings: list[Finding] = field(default_factory=list)  # what the counters found, with actions
+    copies: list[CopyFigure] = field(default_factory=list)  # the copy figures the bands judge, their worst device's
 
 
 @dataclass(frozen=True)
@@ -165,3 +194,6 @@ class Fleet:
     bad_switches: list[str] = field(default_factory=list)  # a fault the nodes of one rack share, named as its switch
     excluded: list[Exclusion] = field(default_factory=list)
     exclude: str = ""  # the excluded nodes in Slurm's host-list form
+    # What a --burnin soak found of the job and of no one node (the all_reduce among all ranks falling over the
+    # soak), or of a node the job does not name: judged here, never dropped.
+    job_findings: list[Finding] = field(default_factory=list)

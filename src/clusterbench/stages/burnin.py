@@ -6,10 +6,12 @@ its options is given there (`run --burnin.level quick`): a soak is minutes to ho
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from clusterbench import args as argtypes
 from clusterbench.analyse import burnin as analysis
+from clusterbench.analyse import node_rules
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.burnin.plan import (
     LEVELS,
@@ -31,7 +33,8 @@ from clusterbench.stages.stage import Context, NotRun, Stage
 if TYPE_CHECKING:
     from clusterbench.rank import Rank
 
-CHECKS = ("burnin memory", "burnin determinism", "burnin agreement", "burnin drift", "burnin soak")
+CHECKS = ("burnin memory", "burnin determinism", "burnin agreement", "burnin drift", "burnin soak", "burnin counters",
+          "burnin counter warnings", "burnin uncorrected ECC", "burnin corrected ECC", "burnin throttling")
 
 
 def _minutes(seconds: float) -> str:
@@ -53,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "256M, or an eighth of the memory available shared by the host's ranks, if less)")
     p.add_argument("--tolerance", type=argtypes.real(0.0, maximum=1.0),
                    help="a figure drifts when it falls by more than this share and stays down (default 0.1)")
+    node_rules.add_argument(p)
 
 
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def resolve(opts: BurninOptions, context: Context) -> BurninPlan:
         from clusterbench.hw.host import meminfo_bytes  # /proc alone: where a CPU's region is checked
 
         available = meminfo_bytes(key="MemAvailable")
-    return plan_of(opts, available, context.shape.local_ranks or 1)
+    return replace(plan_of(opts, available, context.shape.local_ranks or 1), rules=tuple(node_rules.load(opts.node_rules)))
 
 
 def work(rank: Rank, plan: BurninPlan) -> None:
@@ -80,14 +84,16 @@ def conclude(run: Run, plan: BurninPlan) -> None:
     found = analysis.section(run)
     if found is None:
         return
-    judged = analysis.conclude(found, run.telemetry, run.status != "complete", found.counters)
+    judged = analysis.conclude(found, run.telemetry, run.status != "complete", list(plan.rules))
     run.extra[TABLE] = codec.dump(judged)
-    devices = len(analysis.series(judged.windows))
-    windows = len(judged.windows) // max(devices, 1)
+    by = analysis.series(judged.windows)
+    devices = len(by)
+    windows = min((analysis.measured(rows) for rows in by.values()), default=0)
     cut = f", cut short after {judged.elapsed_s:.1f} s: judged on what it measured" if judged.partial else ""
     print(f"\n== burnin: {windows} windows of {judged.window_s:.3g} s on {devices} devices{cut}", flush=True)
     for f in judged.findings:
-        print(f"  {f.severity.upper():<8} {f.subject}: {f.what}\n  {'':<8} action: {f.action}")
+        action = f"\n  {'':<8} action: {f.action}" if f.action and f.action not in f.what else ""
+        print(f"  {f.severity.upper():<8} {f.subject}: {f.what}{action}")
     if not judged.findings:
         print("  nothing found")
 
@@ -95,10 +101,10 @@ def conclude(run: Run, plan: BurninPlan) -> None:
 def report(run: Run, metrics: Metrics) -> list[Part]:
     from clusterbench.report.burnin import burnin_section, plot_count  # matplotlib: only where a report is rendered
 
-    found = analysis.section(run)
+    found = analysis.judged(run)
     if found is None:
         return []
-    return [Part("burnin", "Burn-in", burnin_section(found, run), plot_count(found))]
+    return [Part("burnin", "Burn-in", burnin_section(found), plot_count(found))]
 
 
 STAGE = Stage(

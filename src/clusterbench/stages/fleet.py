@@ -78,9 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="judge the nodes by the bands of an earlier fleet run (its folder or run.json), or of a "
                         "baseline from the store (baseline --from-store), of this hardware class, not by this "
                         "fleet's own")
-    p.add_argument("--node-rules", type=Path, metavar="FILE",
-                   help="judge the nodes' error counters and events by these rules (the form of --rules; default: "
-                        "the shipped node_rules.yaml, which `clusterbench check` applies too)")
+    node_rules.add_argument(p)
     p.add_argument("--burnin", type=burnin_plan.duration, metavar="DURATION",
                    help="after the node-local phase, every device of every node under sustained load for DURATION "
                         "(90, 10m, 2h: clusterbench burnin's soak); what only time shows excludes its node")
@@ -160,7 +158,7 @@ def conclude(run: Run, job: FleetJob) -> None:
 
     soaked = burnin_analysis.section(run)
     if soaked is not None:
-        soaked = burnin_analysis.conclude(soaked, run.telemetry, run.status != "complete", soaked.counters)
+        soaked = burnin_analysis.conclude(soaked, run.telemetry, run.status != "complete", job.counter_rules)
         run.extra[TABLE] = codec.dump(soaked)
     fleet = conclusion.conclude(run, run.fleet, job.bands, job.counter_rules,
                                 soaked.findings if soaked is not None else [])
@@ -173,6 +171,9 @@ def conclude(run: Run, job: FleetJob) -> None:
         print(f"  {row.verdict:<8} {row.node:<20} {'; '.join(row.reasons)}")
     if len(shown) < len(fleet.nodes):
         print(f"  PASS     {len(fleet.nodes) - len(shown)} other nodes (every node's row: run.json, the report)")
+    for f in fleet.job_findings:
+        action = f" ({f.action})" if f.action and f.action not in f.what else ""
+        print(f"  {f.severity.upper()} of the job, no one node: {f.subject}: {f.what}{action}")
     for text in fleet.bad_switches:
         print(f"  bad switch (its nodes share a fault): {text}")
     for text in fleet.flaky:
@@ -200,5 +201,5 @@ STAGE = Stage(
     name="fleet", options=FleetOptions, resolve=resolve, work=work, fills=("fleet",),
     add_arguments=add_arguments, metrics=conclusion.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
-    checks=("fleet",), writes_report=True, imports=("clusterbench.fleet.qualify", *MODEL_IMPORTS),
+    checks=("fleet", "fleet job-wide", "fleet job-wide warnings"), writes_report=True, imports=("clusterbench.fleet.qualify", *MODEL_IMPORTS),
 )
