@@ -4,15 +4,18 @@ a picture; never a hang or a traceback, and a log of any size read in flat memor
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, run_cli
 from report_fixtures import gpu_run_doc, write_run
 
+from clusterbench.flight import dumps
 from clusterbench.inputs import files
 from clusterbench.nccl.log import LINE_WIDTH, parse
 
@@ -204,3 +207,41 @@ def test_a_log_parses_the_same_from_its_lines_as_from_its_text() -> None:
     said = " NCCL INFO Using network IB"
     assert parse("x" * (LINE_WIDTH - len(said)) + said).net.name == "IB"
     assert parse("x" * LINE_WIDTH + said).net.name is None  # longer than NCCL writes: cut, so not read
+
+
+def _dump_of(entries: list) -> bytes:
+    return pickle.dumps({"version": "2.10", "entries": entries}, protocol=2)
+
+
+ENTRY = {"profiling_name": "nccl:all_reduce", "process_group": ["0", "default_pg"], "state": "completed",
+         "retired": True, "collective_seq_id": 1, "input_dtypes": ["Float"]}
+
+
+def test_the_work_of_a_folder_of_dumps_is_bounded_in_all(tmp_path: Path) -> None:
+    """Bytes in all (refused before any is read), entries in all (refused as they pass the bound, each dump
+    read at most once), and a list that every entry names through pickle's memo (read once): each answered
+    in seconds, however the bounds are reached."""
+    many = tmp_path / "many-bytes"
+    many.mkdir()
+    for rank in range(dumps.MAX_FOLDER_BYTES // dumps.DUMP_LIMIT + 1):
+        with open(many / f"nccl_trace_rank_{rank}", "wb") as f:
+            f.write(b"\x80\x02")  # a pickle's first bytes: what a dump is known by
+            f.truncate(dumps.DUMP_LIMIT)  # sparse: nothing more is written
+    references = tmp_path / "many-entries"
+    references.mkdir()
+    each = dumps.MAX_ENTRIES
+    for rank in range(dumps.MAX_FOLDER_ENTRIES // each + 1):  # one record named `each` times: a small file
+        (references / f"nccl_trace_rank_{rank}").write_bytes(_dump_of([ENTRY] * each))
+    shared = tmp_path / "shared-shapes"
+    shared.mkdir()
+    shapes = [[1024]] * 200_000  # one list of 200,000 shapes, named by each of 20,000 entries
+    for rank in range(2):
+        (shared / f"nccl_trace_rank_{rank}").write_bytes(
+            _dump_of([{**ENTRY, "collective_seq_id": i, "input_sizes": shapes} for i in range(20_000)]))
+    started = time.monotonic()
+    assert_one_line_error(diagnose(many), 2, f"more than the {dumps.MAX_FOLDER_BYTES // files.MIB} MiB")
+    assert time.monotonic() - started < 5
+    assert_one_line_error(diagnose(references), 2, f"more than {dumps.MAX_FOLDER_ENTRIES} entries in its dumps")
+    healthy = diagnose(shared)
+    assert healthy.returncode == 0 and "every rank completed" in healthy.stdout, healthy.stderr
+    assert time.monotonic() - started < TIMEOUT_S

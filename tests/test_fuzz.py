@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fuzz_hostile
 import pytest
 from fuzz_documents import (
     Damage,
@@ -67,7 +68,7 @@ from fuzz_options import (
     sizes,
     words,
 )
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 BY_HAND = int(os.environ.get("CLUSTERBENCH_FUZZ_EXAMPLES", "0"))
@@ -94,6 +95,7 @@ def fuzz(examples: int) -> settings:
 # -- the user's files ------------------------------------------------------------------------------
 
 LOG = "log:nccl-2.29.3-roce-gdrdma-2nodes.log"
+FLIGHT_SKIP = Path(__file__).parent / "data" / "flight" / "gloo-2.10-skip"
 PLACES = {"run": "run/run.json", "telemetry": "run/telemetry.csv", "baseline": "baseline.json",
           "reference": "reference.json", "rules": "rules.yaml", "expected": "expected.yaml"}
 LOG_PLACES = ("run/nccl/nccl.node0.1.log", "logs/nccl.node0.1.log")  # one job's log: a mix of jobs is refused
@@ -171,6 +173,7 @@ class Call:
     rank: bool = False  # starts torch (and maybe ranks): a longer bound, no memory cap
     must_refuse: bool = False  # its input can never be good: exit 2, and not merely for an existing --out
     exits: frozenset[int] = frozenset(EXITS)
+    secret: str = ""  # typed on its command line, and never to be printed
 
     def words(self) -> list[str]:
         return [a.format(**places_of(self.case)) for a in self.argv]
@@ -241,6 +244,10 @@ def judge(call: Call, code: int, out: str, err: str, before: dict[str, str]) -> 
         problems.append("took input it must refuse (stopped only by --out holding a run)")
     if call.must_refuse and "PASS" in out:
         problems.append("printed PASS over input it must refuse")
+    if call.secret and call.secret in out + err:
+        problems.append("printed the password it was given")
+    if any(not c.isprintable() and c != "\n" for c in out + err):  # a tab, an escape: a forged or garbled line
+        problems.append(f"printed {next(repr(c) for c in out + err if not c.isprintable() and c != chr(10))}")
     problems += _verdicts(call, code, out, err)
     after = _files(call.case)
     changed = sorted(p for p, h in before.items() if after.get(p) != h)
@@ -478,6 +485,46 @@ def launch_call(root: Path, launch: Launch) -> Call:
 @given(picks=st.lists(launches().filter(lambda launch: launch_outcome(launch) != "wait"), min_size=2, max_size=2))
 def test_launcher_environments(root: Path, picks: list[Launch]) -> None:
     assert_kept([launch_call(root, launch) for launch in picks])
+
+
+# -- round 3: stores, URLs with passwords, dumps, outputs over what is not their own (fuzz_hostile.py) ----
+
+@fuzz(4)
+@given(damage=fuzz_hostile.store_damage(), readers=st.lists(st.sampled_from(fuzz_hostile.STORE_READERS), min_size=2,
+                                                            max_size=2))
+def test_a_damaged_store(root: Path, damage: tuple[str, ...], readers: list[tuple[str, ...]]) -> None:
+    calls = []
+    for reader in readers:
+        case = make_case(root)
+        fuzz_hostile.write_store(case / "out" / "store.db")
+        assume(fuzz_hostile.damage_store(case / "out" / "store.db", damage))
+        calls.append(Call(case, (*reader, "--store", fuzz_hostile.STORE), must_refuse=damage[0] != "text"))
+    assert_kept(calls)
+
+
+@fuzz(4)
+@given(argvs=st.lists(fuzz_hostile.url_calls(), min_size=2, max_size=2))
+def test_a_password_in_any_slot_of_any_command(root: Path, argvs: list[tuple[str, ...]]) -> None:
+    assert_kept([Call(make_case(root), argv, rank=True, secret=fuzz_hostile.SECRET, exits=frozenset({1, 2}))
+                 for argv in argvs])
+
+
+@fuzz(3)
+@given(field=st.sampled_from(fuzz_hostile.ENTRY_FIELDS), values=st.lists(fuzz_hostile.VALUES, min_size=2, max_size=2),
+       as_json=st.booleans())
+def test_a_damaged_flight_recorder_dump(root: Path, field: str, values: list[Any], as_json: bool) -> None:
+    calls = []
+    for value in values:
+        case = make_case(root)
+        fuzz_hostile.write_dump(case / "dumps", FLIGHT_SKIP, field, value, as_json)
+        calls.append(Call(case, ("diagnose", str(case / "dumps"))))
+    assert_kept(calls)
+
+
+@fuzz(3)
+@given(picks=st.lists(fuzz_hostile.output_calls(), min_size=2, max_size=2))
+def test_an_output_over_what_is_not_its_own(root: Path, picks: list[tuple[tuple[str, ...], bool]]) -> None:
+    assert_kept([Call(make_case(root), argv, rank=rank, must_refuse=True) for argv, rank in picks])
 
 
 # -- the footing, and what the fuzzer found, kept whatever the seed --------------------------------------

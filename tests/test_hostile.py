@@ -196,3 +196,19 @@ def test_unwritable_outputs(user: Path) -> None:
         "report in the way": ["report", str(user / "blocked")],
     })
     _run_table(cases, user)
+
+
+def test_a_baseline_of_nothing_measured_is_refused(user: Path) -> None:
+    """A baseline is never of nothing: a run that measured nothing (an info run) is refused, alone or among
+    others, and no file is written."""
+    doc = {k: v for k, v in gpu_run_doc({}).items() if k not in ("comm", "train", "peaks", "verdicts", "comm_options")}
+    write_run(user / "damaged" / "info-run", doc | {"command": "info"})
+    out = user / "damaged" / "of-nothing.json"
+    done = run_side_by_side({
+        "alone": ["baseline", str(user / "damaged" / "info-run"), "-o", str(out)],
+        "among others": ["baseline", str(user / "good"), str(user / "damaged" / "info-run"), "-o", str(out)],
+    })
+    for proc in done.values():
+        assert proc.returncode == 2 and "holds no measured figure" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()

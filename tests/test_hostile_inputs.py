@@ -113,6 +113,7 @@ def test_good_host_lists_expand_as_slurm_reads_them(text: str, hosts: list[str])
     ("n[1,,2]", "an empty range"),
     ("n[-1]", "the range '-1' is not a number"),
     ("n 1", "whitespace inside the name"),
+    ("n\x1b[31m[1-2]", "not printable"),
     ("n[" + "9" * 5000 + "]", "more than 18 digits"),
 ])
 def test_a_malformed_host_list_is_named_as_such(text: str, why: str) -> None:
@@ -436,5 +437,5 @@ def test_dumps_that_cannot_be_judged_are_one_line_and_judged_ones_keep_their_cod
 
 def test_a_folder_of_more_entries_than_are_kept_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dumps, "MAX_FOLDER_ENTRIES", 7)  # the three dumps hold four entries each
-    with pytest.raises(UsageError, match="more than 7 entries in its dumps, as far as rank 1"):
+    with pytest.raises(UsageError, match="more than 7 entries in its dumps, as far as nccl_trace_rank_1"):
         dumps.read_folder(SKIP)

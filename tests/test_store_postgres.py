@@ -330,3 +330,23 @@ def test_a_figure_that_is_not_finite_is_damage_named_in_one_line(value: str, pg:
                  ["baseline", "--from-store", "-o", str(tmp_path / "b.json")]):
         assert_one_line_error(run_cli(*argv, "--store", url), 2, "damaged: figures.value holds")
     assert not (tmp_path / "b.json").exists()
+
+
+def test_a_dropped_table_or_a_name_no_reader_prints_is_damage_named_in_one_line(pg: PgServer, comm_run,
+                                                                               tmp_path: Path) -> None:
+    """A table or a column dropped by hand, or text no reader prints, is damage named in one line (exit 2) to
+    readers and writers alike; and the URL forms libpq takes past a bare host: a local server's socket folder."""
+    _, folder, _ = comm_run
+    baseline = ["baseline", "--from-store", "-o", str(tmp_path / "b.json")]
+    for script, says, readers in (
+            ("DROP TABLE nodes", "damaged: its table nodes is missing", (["history", "--metric", BUSBW], baseline)),
+            ("ALTER TABLE runs DROP COLUMN folder", "damaged: its column runs.folder is missing", (baseline,)),
+            ("UPDATE runs SET command = 'comm' || chr(9)", "damaged: runs.command holds", (["history", "--runs"],))):
+        url = pg.create_database()
+        assert imported(run_cli("store", "import", str(folder), "--store", url)) == (1, 0, 0)
+        pg.sql(script, database=database_of(url))
+        for argv in readers:
+            assert_one_line_error(run_cli(*argv, "--store", url), 2, says)
+    socket = run_cli("store", "info", "--store", f"postgres://u:{pg.password}@/cb?host={tmp_path}")
+    assert_one_line_error(socket, 1, "socket")
+    assert pg.password not in socket.stderr and not (tmp_path / "b.json").exists()

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from clusterbench.secrets import masked
+
 _VALUE_ACTIONS = (None, "store", "append")  # the actions whose option takes a value, and so shows a metavar
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
@@ -27,7 +29,9 @@ _SHOWN = 40  # characters of a bad value an error line repeats
 
 
 def clipped(text: str) -> str:
-    """`text` as an error line repeats it: clipped, so that a line about a damaged value stays short."""
+    """`text` as an error line repeats it: clipped, so that a line about a damaged value stays short, and
+    masked first, since a clipped URL may have lost the @ that marks its password."""
+    text = masked(text)
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 

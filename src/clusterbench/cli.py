@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from clusterbench import __version__, launchers, publish
+from clusterbench import __version__, launchers, publish, registry
 from clusterbench.command import Command, RankCommand, ToolCommand
 from clusterbench.commands import (
     align,
@@ -24,6 +24,7 @@ from clusterbench.commands import (
     store,
 )
 from clusterbench.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError, one_line
+from clusterbench.inputs.printable import printable
 from clusterbench.results import outputs
 from clusterbench.secrets import masked
 
@@ -51,10 +52,18 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad option is one line and exit 2, like every other error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        message = shown(message)  # argparse repeats what was typed: a URL's password, a newline, too
         if len(message) > _LONGEST:  # argparse repeats a bad value whole, however long
             message = message[:_LONGEST] + "..."
-        print(f"clusterbench: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"clusterbench: error: {message} (see {shown(self.prog)} --help)", file=sys.stderr)
         sys.exit(UsageError.exit_code)
+
+
+def shown(text: str) -> str:
+    """`text` as an error line prints it: its secrets masked, and whatever is not printable (a newline, a tab, a
+    terminal's escape, a file name's undecodable byte) escaped, so that the line stays one line and says only
+    what it says."""
+    return printable(masked(text))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,13 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args.chosen, args)
     except UsageError as e:
-        print(masked(f"clusterbench: error: {e}"), file=sys.stderr)
+        print(shown(f"clusterbench: error: {e}"), file=sys.stderr)
         return e.exit_code
     except Interrupted as e:
-        print(masked(f"clusterbench: {e}"), file=sys.stderr)
+        print(shown(f"clusterbench: {e}"), file=sys.stderr)
         return e.exit_code
     except RunFailed as e:
-        print(masked(f"clusterbench: FAILED: {e}"), file=sys.stderr)
+        print(shown(f"clusterbench: FAILED: {e}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("clusterbench: interrupted", file=sys.stderr)
@@ -97,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # input no boundary caught is our bug, still said in one line
         if os.environ.get("CLUSTERBENCH_DEBUG"):
             raise
-        print(masked(f"clusterbench: internal error: {one_line(e)}") + " (a bug in clusterbench: please report it; "
+        print(shown(f"clusterbench: internal error: {one_line(e)}") + " (a bug in clusterbench: please report it; "
               "CLUSTERBENCH_DEBUG=1 shows where)", file=sys.stderr)
         return EXIT_BUG
 
@@ -106,9 +115,28 @@ def _run(command: Command, args: argparse.Namespace) -> int:
     if isinstance(command, RankCommand):
         launchers.detect()  # a seat that cannot exist is refused before torch takes seconds to load
         publish.outputs_of(args)  # and so is a store of an unknown kind, or a textfile nobody would read
-        outputs.check(args, uses_store=True)  # and an output over a file it did not make, or over an input
+        # and an output over a file it did not make, or over an input
+        planned = outputs.check(_every_option(command, args), uses_store=True)
         from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
 
-        return run_ranks(command, args)
-    outputs.check(args, uses_store=not isinstance(command, ToolCommand))
-    return command.main(args)
+        try:
+            return run_ranks(command, args)
+        finally:
+            outputs.mark(planned)
+    planned = outputs.check(args, uses_store=not isinstance(command, ToolCommand))
+    try:
+        return command.main(args)
+    finally:
+        outputs.mark(planned)
+
+
+def _every_option(command: Command, args: argparse.Namespace) -> argparse.Namespace:
+    """The options as given, with run's stage options typed in --STAGE-args "..." as --STAGE.option: an output
+    or an input is one whichever form names it."""
+    if command is not run.COMMAND:
+        return args
+    every = argparse.Namespace(**vars(args))
+    for each in registry.STAGES:
+        for name, value in run.typed_options(each, args).items():
+            setattr(every, f"{each.name}.{name}", value)
+    return every

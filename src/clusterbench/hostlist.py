@@ -109,6 +109,8 @@ def _parse(shown: str) -> list[list[_Part]]:
 def _literal(text: str, piece: str, parts: list[_Part]) -> None:
     if _SPACE.search(piece):
         raise _malformed(text, f"whitespace inside the name {clipped(piece.strip())!r}")
+    if not piece.isprintable():  # a control character: no host's name, and a line of its own when printed
+        raise _malformed(text, f"a character that is not printable in the name {clipped(piece)!r}")
     if piece:
         parts.append(piece)
 

@@ -153,6 +153,7 @@ def _attempt(action: Callable[[], None], what: str, target: str) -> bool:
         action()
     except Exception as e:  # noqa: BLE001 - whatever it is, the run it would record is not lost
         text = one_line(e).removeprefix(f"store {target}: ")
-        print(f"clusterbench: {what} {target}: {text} (the run's own results are kept)", file=sys.stderr, flush=True)
+        print(masked(f"clusterbench: {what} {target}: {text} (the run's own results are kept)"), file=sys.stderr,
+              flush=True)
         return False
     return True

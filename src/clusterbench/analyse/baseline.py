@@ -17,7 +17,10 @@ def build(runs: list[tuple[str, dict[str, float]]]) -> Baseline:
     if not runs:
         raise UsageError("baseline needs at least one run folder")
     values: dict[str, list[float]] = {}
-    for _, figures in runs:
+    for folder, figures in runs:
+        if not figures:  # a baseline is never of nothing, nor counts a run it has no figure of
+            raise UsageError(f"baseline: {folder} holds no measured figure to base on (an info run, or one that "
+                             "measured nothing): leave it out")
         for name, value in figures.items():
             values.setdefault(name, []).append(value)
     return Baseline(

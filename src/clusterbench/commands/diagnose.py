@@ -28,6 +28,7 @@ from clusterbench.analyse.verdicts import conclusive, overall
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.inputs import files
+from clusterbench.inputs.printable import printable
 from clusterbench.nccl.jobs import read_folder
 from clusterbench.nccl.log import read_files
 from clusterbench.registry import judge
@@ -91,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     if dumps is None:
         return _nccl(args.target)
     lines, code = flight.diagnose(dumps)
-    print("\n".join(lines))
+    print("\n".join(map(printable, lines)))  # a folder's or a file's name may hold a newline of its own
     # A run that hung on gloo has dumps and no NCCL log: the dumps are the whole story.
     if dumps == args.target or not (os.path.lexists(args.target / NCCL_LOGS) or load_run(args.target).nccl):
         return code
@@ -102,14 +103,15 @@ def main(args: argparse.Namespace) -> int:
 def _nccl(target: Path) -> int:
     run, skipped = _run_of(target)
     if skipped:
-        print(f"clusterbench: note: left out {_left_out(skipped)}: only regular files are read", file=sys.stderr)
+        print(printable(f"clusterbench: note: left out {_left_out(skipped)}: only regular files are read"),
+              file=sys.stderr)
     for line in picture(run.nccl):
-        print(line)
+        print(printable(line))
     checks = [r for r in default_rules() if all(p.startswith("nccl.") for p in r.patterns)]
     found = [v for v in judge(run, checks) if v.status != "SKIP"]
     print("\n== findings")
     for v in found:
-        print(f"  {v.status:<5} {v.check:<16} {v.detail}")
+        print(printable(f"  {v.status:<5} {v.check:<16} {v.detail}"))
     verdict = conclusive(overall(found), unjudged(run.nccl) + (
         "; the RDMA and NVLink checks also need a run folder's hardware picture" if run.hardware is None else ""))
     return EXIT_FAILED if verdict == "FAIL" else EXIT_OK

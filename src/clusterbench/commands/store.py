@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError, one_line
+from clusterbench.inputs.printable import printable
 from clusterbench.publish import add_store_argument
 from clusterbench.store import where as store_where
 
@@ -60,6 +61,7 @@ BATCH = 200
 def _import(store: Store, runs: list[Path]) -> int:
     from clusterbench.recording import record_of  # every stage's metrics
     from clusterbench.results.folder import load_run
+    from clusterbench.store.fit import refusal
 
     recorded = present = 0
     skipped: list[str] = []
@@ -67,15 +69,19 @@ def _import(store: Store, runs: list[Path]) -> int:
     progress = _Progress(len(runs))
     for i, path in enumerate(runs, 1):
         folder = path.parent if path.name == "run.json" else path
+        shown = printable(str(folder))  # a name may hold a tab, a newline, a byte that is no UTF-8
         try:
             run = load_run(folder)
         except UsageError as e:
-            skipped.append(f"{folder}: {one_line(e)}")
+            skipped.append(f"{shown}: {printable(one_line(e))}")
         else:
-            if run.status == "running":  # its end is not known yet; import it once it has one
-                skipped.append(f"{folder}: still running (or cut off without an ending); not recorded")
+            # A run still running is imported once its end is known; what the store's readers would refuse, never.
+            record = None if run.status == "running" else record_of(run, str(folder.absolute()))
+            why = "still running (or cut off without an ending)" if record is None else refusal(record)
+            if why is not None:
+                skipped.append(f"{shown}: {why}; not recorded")
             else:
-                batch.append(record_of(run, str(folder.absolute())))
+                batch.append(record)
         progress.folder(i)
         if len(batch) == BATCH or i == len(runs):
             new = store.record_many(batch) if batch else []

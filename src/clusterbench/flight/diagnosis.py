@@ -11,6 +11,7 @@ the dumps of different jobs, which together describe no job) is a UsageError, ex
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.flight import analysis, dumps, jobs
@@ -94,5 +95,7 @@ def culprit(raw: dict[int, bytes]) -> str | None:
     """What the first finding that fails says (the rank that held the others up, ranks that disagree),
     from dumps as bytes by rank (our own ranks leave theirs on the rendezvous board); None when the
     dumps name nobody. A damaged dump is a one-line UsageError."""
-    found = analysis.analyse([dumps.parse(data, Path(f"rank {rank}'s dump"), rank) for rank, data in sorted(raw.items())])
+    pool: dict[Any, Any] = {}  # one for all ranks: their equal shapes one object, compared at once
+    found = analysis.analyse([dumps.parse(data, Path(f"rank {rank}'s dump"), rank, pool=pool)
+                              for rank, data in sorted(raw.items())])
     return next((f.text for f in found if f.fails), None)

@@ -20,16 +20,20 @@ as pytorch/pytorch#140879 shows): the one part, between underscores, in which th
 it reads as a host name. Otherwise the host is "not recorded", never guessed.
 
 What is read is bounded before it is built (docs/methodology.md, "Hangs"): a file's size (DUMP_LIMIT),
-what its pickle would build (unpickle.MAX_MEMORY), its entries (MAX_ENTRIES), a folder's entries in all
-(MAX_FOLDER_ENTRIES, what is kept in memory), and every rank, named or listed (below MAX_RANKS). Text
-that is printed (names of groups, ops, hosts) is printable and short, so a dump cannot write lines of
-its own into the diagnosis.
+what its pickle would build (unpickle.MAX_MEMORY), its entries (MAX_ENTRIES), a folder's bytes and entries
+in all (MAX_FOLDER_BYTES, MAX_FOLDER_ENTRIES: the work of a folder, and what is kept in memory), and every
+rank, named or listed (below MAX_RANKS). Entries are read field by field (flight/entries.py), never copied
+whole. Text that is printed (names of groups, ops, hosts) is printable and short, so a dump cannot write
+lines of its own into the diagnosis.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ from typing import Any
 from clusterbench.args import clipped
 from clusterbench.errors import UsageError
 from clusterbench.flight import unpickle
+from clusterbench.flight.entries import Bad, Entry, named, read, refused
 from clusterbench.inputs import documents, files
 from clusterbench.launchers import MAX_WORLD_SIZE
 
@@ -46,13 +51,16 @@ DUMP_LIMIT = 32 * files.MIB
 # torch keeps 2,000 entries by default (TORCH_FR_BUFFER_SIZE, formerly TORCH_NCCL_TRACE_BUFFER_SIZE), users
 # who raise it pick 20,000: five times that is no buffer anyone runs.
 MAX_ENTRIES = 100_000
-# What a folder may hold in all, each entry kept as some 300 bytes: 1,000 ranks of torch's default buffer,
-# or 7,800 ranks of clusterbench's own (flight/record.py), in well under a GiB.
-MAX_FOLDER_ENTRIES = 2_000_000
+# The work of a folder in all, bounded before it is done: its entries (each read, kept as some 300 bytes and
+# analysed) and its bytes (each scanned and unpickled). At either bound diagnose takes 12-17 s on a 2-core
+# CPU (measured 2026-12-04): 500 ranks of torch's default 2,000 entries, 3,900 of clusterbench's own 256
+# (flight/record.py); 180 ranks of torch's default dumps with stacks (1.4 MiB each), 1,300 without.
+MAX_FOLDER_ENTRIES = 1_000_000
+MAX_FOLDER_BYTES = 256 * files.MIB
 MAX_RANKS = MAX_WORLD_SIZE  # the largest job clusterbench runs or reads (launchers.py)
 _MAX_DIGITS = 18  # a rank written with more is past any bound, and past what a 64-bit id holds
-_MAX_TEXT = 256  # the longest group, op or dtype name printed; torch's are a few dozen characters
 UNREAD = frozenset({"frames"})  # each entry's stack: most of a dump's bytes, and nothing the analysis reads
+ENTRIES = frozenset({"entries"})  # read field by field as they are (entries.read), never copied or walked whole
 NAME = re.compile(r"^(?P<head>.*?)(?P<rank>\d+)(?:\.(?:json|pkl|pickle))?$")
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")
 NEWEST_MAJOR = 2
@@ -60,35 +68,6 @@ _HOST = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
 _HOSTNAME = re.compile(r"[!-~]{1,253}")  # what a recorded hostname may be: printable, no space, DNS's length
 _RANK_LIST = re.compile(r"\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]")  # pg_config's "[0, 1, 2]"
 _NUMBERS = re.compile(r"\d+")
-
-
-@dataclass(frozen=True, slots=True)  # slots: a folder keeps up to MAX_FOLDER_ENTRIES of them
-class Entry:
-    """One op a rank enqueued, as its Flight Recorder kept it."""
-
-    pg: str  # the process group's name, the same on every rank
-    pg_desc: str
-    seq: int  # collective_seq_id: the n-th collective of this group on this rank
-    p2p_seq: int
-    is_p2p: bool
-    backend: str  # "nccl", "gloo" ...: the prefix of torch's profiling name
-    op: str  # "all_reduce", "send" ...
-    peers: str  # a point-to-point op's "1->2" or "3<-0" (group ranks), else ""
-    input_sizes: tuple[tuple[int, ...], ...] | None  # None where the format did not record them
-    input_dtypes: tuple[str, ...] | None
-    output_sizes: tuple[tuple[int, ...], ...] | None
-    output_dtypes: tuple[str, ...] | None
-    state: str  # "scheduled", "started" or "completed"
-    retired: bool
-    created_ns: int | None = None  # time_created_ns: when the rank enqueued it, by its host's clock
-    timeout_ms: int | None = None
-
-    @property
-    def done(self) -> bool:
-        """Completed. NCCL marks an op completed when its end event fires, and retires one that timed out
-        without completing it; Gloo records no events, its state stays "scheduled", and it retires an op
-        when the op has finished."""
-        return self.state == "completed" or (self.retired and self.backend == "gloo")
 
 
 @dataclass(frozen=True)
@@ -136,77 +115,12 @@ def looks_like_dump(path: Path) -> bool:
         return False
 
 
-def _fail(path: Path, why: str) -> UsageError:
-    return UsageError(f"{path}: not a Flight Recorder dump ({why})")
-
-
 def _text(value: Any, path: Path, where: str, pool: dict[Any, Any]) -> str:
-    """`value` when it is printable text of at most _MAX_TEXT characters, shared with its equals in `pool`."""
-    if not isinstance(value, str) or len(value) > _MAX_TEXT or not value.isprintable():
-        raise _fail(path, f"{where} is not a name of at most {_MAX_TEXT} printable characters")
-    return pool.setdefault(value, value)
-
-
-def _sizes(value: Any, path: Path, where: str, pool: dict[Any, Any]) -> tuple[tuple[int, ...], ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(s, list) and all(documents.whole_number(d) for d in s)
-                                              for s in value):
-        raise _fail(path, f"{where} is not a list of tensor shapes")
-    shapes = tuple(tuple(s) for s in value)
-    return pool.setdefault(shapes, shapes)
-
-
-def _dtypes(value: Any, path: Path, where: str, pool: dict[Any, Any]) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _fail(path, f"{where} is not a list of dtype names")
-    names = tuple(_text(d, path, f"{where}'s dtype", pool) for d in value)
-    return pool.setdefault(names, names)
-
-
-def _group(raw: dict[str, Any], path: Path, where: str, pool: dict[Any, Any]) -> tuple[str, str]:
-    """The entry's process group: its name and description."""
-    group = raw.get("process_group")
-    if isinstance(group, list) and len(group) == 2 and all(isinstance(g, str) for g in group):
-        return _text(group[0], path, f"{where}'s group", pool), _text(group[1], path, f"{where}'s group", pool)
-    if documents.whole_number(raw.get("pg_id")):
-        return str(raw["pg_id"]), ""
-    raise _fail(path, f"{where} names no process group")
-
-
-def _optional_whole(value: Any) -> int | None:
-    return value if documents.whole_number(value) and value >= 0 else None
-
-
-def _entry(raw: Any, path: Path, i: int, pool: dict[Any, Any]) -> Entry:
-    where = f"entry {i}"
-    if not isinstance(raw, dict):
-        raise _fail(path, f"{where} is not a record")
-    name = raw.get("profiling_name")
-    if not isinstance(name, str) or ":" not in name:
-        raise _fail(path, f"{where} has no profiling_name such as nccl:all_reduce")
-    backend, _, call = _text(name, path, f"{where}'s profiling_name", pool).partition(":")
-    op, _, peers = call.partition(" ")
-    seq = raw.get("collective_seq_id", raw.get("seq_id"))
-    p2p_seq = raw.get("p2p_seq_id", 0)
-    if not documents.whole_number(seq) or not documents.whole_number(p2p_seq):
-        raise _fail(path, f"{where} has no whole collective_seq_id / p2p_seq_id")
-    pg, desc = _group(raw, path, where, pool)
-    is_p2p = raw.get("is_p2p", op in ("send", "recv"))
-    state, retired = raw.get("state", "scheduled"), raw.get("retired", False)
-    if not isinstance(is_p2p, bool) or not isinstance(retired, bool) or not isinstance(state, str):
-        raise _fail(path, f"{where} has an is_p2p, retired or state of the wrong kind")
-    return Entry(pg=pg, pg_desc=desc, seq=seq, p2p_seq=p2p_seq, is_p2p=is_p2p,
-                 backend=pool.setdefault(backend, backend), op=pool.setdefault(op, op), peers=peers.strip(),
-                 state=_text(state, path, f"{where}'s state", pool), retired=retired,
-                 created_ns=_optional_whole(raw.get("time_created_ns")),
-                 timeout_ms=_optional_whole(raw.get("timeout_ms")),
-                 input_sizes=_sizes(raw.get("input_sizes"), path, f"{where}'s input_sizes", pool),
-                 input_dtypes=_dtypes(raw.get("input_dtypes"), path, f"{where}'s input_dtypes", pool),
-                 output_sizes=_sizes(raw.get("output_sizes"), path, f"{where}'s output_sizes", pool),
-                 output_dtypes=_dtypes(raw.get("output_dtypes"), path, f"{where}'s output_dtypes", pool))
+    """`value` when it is printable text of at most entries.MAX_TEXT characters, shared with its equals in `pool`."""
+    try:
+        return named(value, pool, where)
+    except Bad as e:
+        raise refused(path, str(e)) from None
 
 
 def _listed_ranks(ranks: Any, path: Path, name: str) -> tuple[int, ...]:
@@ -215,12 +129,12 @@ def _listed_ranks(ranks: Any, path: Path, name: str) -> tuple[int, ...]:
     if isinstance(ranks, str):
         ranks = [] if _RANK_LIST.fullmatch(ranks.strip()) is None else _NUMBERS.findall(ranks)
         if any(len(r.lstrip("0")) > _MAX_DIGITS for r in ranks):  # int() is never asked for thousands of digits
-            raise _fail(path, f"pg_config lists a rank of {len(max(ranks, key=len))} digits in group {name!r}")
+            raise refused(path, f"pg_config lists a rank of {len(max(ranks, key=len))} digits in group {name!r}")
         ranks = [int(r) for r in ranks]
     if not isinstance(ranks, list) or not all(documents.whole_number(r) for r in ranks):
         return ()
     if any(not 0 <= r < MAX_RANKS for r in ranks):
-        raise _fail(path, f"pg_config lists rank {max(ranks, key=abs)} in group {name!r}; ranks are 0 to "
+        raise refused(path, f"pg_config lists rank {max(ranks, key=abs)} in group {name!r}; ranks are 0 to "
                           f"{MAX_RANKS - 1}")
     return tuple(ranks)
 
@@ -235,37 +149,46 @@ def _groups(config: Any, path: Path) -> dict[str, tuple[int, ...]]:
     return found
 
 
-def _document(data: bytes, path: Path) -> Any:
-    """The plain data of a dump's bytes, torch's pickle or its JSON, within unpickle's bounds and MAX_ENTRIES."""
+def _document(data: bytes, path: Path, room: int) -> Any:
+    """The plain data of a dump's bytes, torch's pickle or its JSON, within unpickle's bounds and MAX_ENTRIES,
+    and within `room`, the entries its folder may still hold."""
     kind = _sniff(data)
     if not data.strip():
-        raise _fail(path, "the file is empty: a dump still being written, or one that failed")
+        raise refused(path, "the file is empty: a dump still being written, or one that failed")
     if kind is None:
-        raise _fail(path, "neither a pickle nor JSON")
+        raise refused(path, "neither a pickle nor JSON")
 
     def admit(doc: Any) -> None:
         entries = doc.get("entries") if isinstance(doc, dict) else None
         if isinstance(entries, (list, tuple)) and len(entries) > MAX_ENTRIES:
-            raise _fail(path, f"{len(entries)} entries, more than the {MAX_ENTRIES} any Flight Recorder buffer "
+            raise refused(path, f"{len(entries)} entries, more than the {MAX_ENTRIES} any Flight Recorder buffer "
                               "keeps; torch's default is 2,000")
+        if isinstance(entries, (list, tuple)) and len(entries) > room:
+            raise UsageError(f"{path.parent}: more than {MAX_FOLDER_ENTRIES} entries in its dumps, as far as "
+                             f"{path.name}: more than clusterbench reads at once; diagnose a folder of fewer "
+                             "ranks' dumps")
 
     if kind == "pickle":
-        return unpickle.loads(data, str(path), UNREAD, admit)
+        return unpickle.loads(data, str(path), UNREAD, admit, raw=ENTRIES)
     try:
-        doc = documents.parse_json(data.decode("utf-8"), str(path))
+        doc = documents.load_json(data.decode("utf-8"), str(path))
     except UnicodeDecodeError as e:
-        raise _fail(path, f"not UTF-8 text at byte {e.start}") from None
+        raise refused(path, f"not UTF-8 text at byte {e.start}") from None
     admit(doc)
-    return doc
+    if not isinstance(doc, dict):
+        return documents.check_tree(doc, str(path))
+    # The entries are read field by field (entries.read); the rest, a few groups' configuration, checked whole.
+    rest = documents.check_tree({k: v for k, v in doc.items() if k not in ENTRIES}, str(path))
+    return {**rest, **{k: doc[k] for k in ENTRIES if k in doc}}
 
 
 def _version(doc: Any, path: Path) -> str:
     if not isinstance(doc, dict) or "version" not in doc:
-        raise _fail(path, "no format version in it")
+        raise refused(path, "no format version in it")
     version = doc["version"]
     match = _VERSION.match(version) if isinstance(version, str) else None
     if match is None:
-        raise _fail(path, f"version {version!r} is not a Flight Recorder format version such as 2.10")
+        raise refused(path, f"version {version!r} is not a Flight Recorder format version such as 2.10")
     if int(match.group(1)) > NEWEST_MAJOR:
         raise UsageError(f"{path}: Flight Recorder format {version}; this clusterbench reads formats "
                          f"{NEWEST_MAJOR}.x: upgrade clusterbench to read it")
@@ -277,7 +200,7 @@ def _host(doc: dict[str, Any], path: Path) -> str | None:
     if host is None:
         return None
     if not isinstance(host, str) or not _HOSTNAME.fullmatch(host):
-        raise _fail(path, "its hostname is not a host name (printable, no spaces, at most 253 characters)")
+        raise refused(path, "its hostname is not a host name (printable, no spaces, at most 253 characters)")
     return host
 
 
@@ -287,20 +210,40 @@ def _library(doc: dict[str, Any], path: Path, pool: dict[Any, Any]) -> str:
     return _text(value, path, "its comm_lib_version", pool) if value else ""
 
 
-def parse(data: bytes, path: Path, rank: int) -> Dump:
-    """One rank's dump from its bytes: torch's pickle or its JSON."""
-    doc = _document(data, path)
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector held while a dump is built and read: it walks every container each time a
+    few hundred are made, and a dump is millions of them, none of which it could free (half the time it took)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def parse(data: bytes, path: Path, rank: int, room: int = MAX_FOLDER_ENTRIES,
+          pool: dict[Any, Any] | None = None) -> Dump:
+    """One rank's dump from its bytes: torch's pickle or its JSON, of at most `room` entries; its names and
+    shapes shared with their equals in `pool` (a folder's, so that equal ones of all ranks are one object)."""
+    with _collector_paused():
+        return _parse(data, path, rank, room, {} if pool is None else pool)
+
+
+def _parse(data: bytes, path: Path, rank: int, room: int, pool: dict[Any, Any]) -> Dump:
+    doc = _document(data, path, room)
     version = _version(doc, path)
     entries = doc.get("entries")
-    if not isinstance(entries, list):
-        raise _fail(path, "no entries list: dumped without its collectives (includeCollectives=False)?")
+    if not isinstance(entries, (list, tuple)):
+        raise refused(path, "no entries list: dumped without its collectives (includeCollectives=False)?")
     own = doc.get("rank")
     if own is not None and own != rank:
         said = f"rank {own}" if documents.whole_number(own) else "a rank that is not a number"
         raise UsageError(f"{path}: the dump says {said} but its name says rank {rank}")
-    pool: dict[Any, Any] = {}
+    seen: dict[int, Any] = {}  # by id: only while this dump's objects live
     return Dump(path=path, rank=rank, version=version, host=_host(doc, path),
-                entries=tuple(_entry(e, path, i, pool) for i, e in enumerate(entries)),
+                entries=tuple(read(e, path, i, pool, seen) for i, e in enumerate(entries)),
                 groups=_groups(doc.get("pg_config"), path), library=_library(doc, path, pool))
 
 
@@ -328,20 +271,35 @@ def _rank_of(path: Path) -> int:
     return int(digits)
 
 
-def _newest(rank: int, paths: list[Path], notes: list[str]) -> Dump:
+def _newest(rank: int, paths: list[Path], notes: list[str], room: int, pool: dict[Any, Any]) -> Dump:
     """The newest of a rank's dumps, every one of them read (each file so named must be a dump)."""
     paths = sorted(paths, key=lambda p: (os.stat(p).st_mtime_ns, p.name))
     for p in paths[:-1]:
-        parse(files.read_bytes(p, str(p), DUMP_LIMIT), p, rank)
+        parse(files.read_bytes(p, str(p), DUMP_LIMIT), p, rank, room, pool)
     if len(paths) > 1:
         notes.append(f"rank {rank}: {len(paths)} dumps; the newest, {paths[-1].name}, is read "
                      f"({', '.join(p.name for p in paths[:-1])} left out)")
-    return parse(files.read_bytes(paths[-1], str(paths[-1]), DUMP_LIMIT), paths[-1], rank)
+    return parse(files.read_bytes(paths[-1], str(paths[-1]), DUMP_LIMIT), paths[-1], rank, room, pool)
+
+
+def _size(paths: list[Path], folder: Path) -> None:
+    """The bytes of every dump to read, refused past MAX_FOLDER_BYTES before any is read."""
+    total = 0
+    for p in paths:
+        try:
+            total += os.stat(p).st_size
+        except OSError as e:
+            raise UsageError(f"{p}: cannot read it ({e.strerror or e})") from None
+    if total > MAX_FOLDER_BYTES:
+        raise UsageError(f"{folder}: {total / files.MIB:.0f} MiB of dumps, more than the "
+                         f"{MAX_FOLDER_BYTES // files.MIB} MiB clusterbench reads at once; diagnose a folder of "
+                         "fewer ranks' dumps")
 
 
 def read_folder(folder: Path) -> Folder:
     """Every rank's newest dump in `folder`, with notes on what was left out; a one-line UsageError for
-    a folder with none, a file named like a dump that is not one, or more entries than MAX_FOLDER_ENTRIES."""
+    a folder with none, a file named like a dump that is not one, or more than MAX_FOLDER_ENTRIES entries or
+    MAX_FOLDER_BYTES bytes in all."""
     if not os.path.isdir(folder):
         raise UsageError(f"no folder of Flight Recorder dumps at {folder}: it is {files.kind(folder)}")
     named, others = candidates(folder)
@@ -359,14 +317,12 @@ def read_folder(folder: Path) -> Folder:
     by_rank: dict[int, list[Path]] = {}
     for path in regular:
         by_rank.setdefault(_rank_of(path), []).append(path)
-    dumps, heads, kept = [], {}, 0
+    _size(regular, folder)
+    dumps, heads, kept, pool = [], {}, 0, {}
     for rank in sorted(by_rank):
-        dumps.append(_newest(rank, by_rank[rank], notes))
+        dumps.append(_newest(rank, by_rank[rank], notes, MAX_FOLDER_ENTRIES - kept, pool))
         heads[rank] = NAME.match(dumps[-1].path.name).group("head")
         kept += len(dumps[-1].entries)
-        if kept > MAX_FOLDER_ENTRIES:
-            raise UsageError(f"{folder}: more than {MAX_FOLDER_ENTRIES} entries in its dumps, as far as rank {rank}: "
-                             "more than clusterbench holds at once; diagnose a folder of fewer ranks' dumps")
     named_hosts = hosts_from_names(heads)
     dumps = [d if d.host or d.rank not in named_hosts else replace(d, host=named_hosts[d.rank]) for d in dumps]
     return Folder(dumps=dumps, notes=notes)

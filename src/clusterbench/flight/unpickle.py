@@ -67,15 +67,16 @@ def _tables() -> tuple[list[int], list[int]]:
     step, extra = [0] * 256, [0] * 256
     for op in pickletools.opcodes:
         n = op.arg.n if op.arg else 0
+        # BINPUT's one-byte index is at most 255, counted at the start: the commonest opcode of a dump is no call.
         step[ord(op.code)] = (_END if op.name in _ENDS else _BUILD if op.name in _BUILDS
-                              else _PUT_CODE if "PUT" in op.name else 1 + n if n >= 0 else n)
+                              else _PUT_CODE if op.name in ("PUT", "LONG_BINPUT") else 1 + n if n >= 0 else n)
         extra[ord(op.code)] = _BUILDS.get(op.name, 0)
     return step, extra
 
 
 _STEP, _EXTRA = _tables()
 _U4, _I4, _U8 = struct.Struct("<I").unpack_from, struct.Struct("<i").unpack_from, struct.Struct("<Q").unpack_from
-_BINPUT, _LONG_BINPUT = ord("q"), ord("r")
+_LONG_BINPUT = ord("r")
 # Past this a memo index is damage (a real dump puts one per value, in order); int() reads no longer a number.
 _MAX_INDEX_DIGITS = 12
 
@@ -125,27 +126,34 @@ def _check_cost(data: bytes, label: str) -> None:
     """Count the most memory building `data`'s objects can take, from its opcodes, building none: a
     UsageError once it passes MAX_MEMORY (checked at each opcode that builds a container or takes an
     argument, so a flood of them stops early, and at the end). Where the opcodes stop making sense (an
-    unknown one, an argument past the end) the count stops: pickle itself then says what is wrong,
-    having built no more."""
-    i, end, opcodes, extra, memo = 0, len(data), 0, 0, 0
+    unknown one) the count stops: pickle itself then says what is wrong, having built no more. An argument
+    that runs past the end is refused here: pickle would first allocate what its length declares."""
+    i, end, opcodes, extra, memo = 0, len(data), 0, 0, 255
     step_of = _STEP
     while i < end:
-        step = step_of[data[i]]
+        code = data[i]
+        step = step_of[code]
         opcodes += 1
         if step > 0:  # most opcodes: a fixed size, nothing built beyond a value
             i += step
             continue
-        if step == _END:
+        if code == _LONG_BINPUT and i + 5 <= end:  # a pickle's other commonest opcode: read here, not in _put
+            memo = max(memo, _U4(data, i + 1)[0])
+            i += 5
+        elif step == _END:
             break
-        if step == _BUILD:
-            extra += _EXTRA[data[i]]
+        elif step == _BUILD:
+            extra += _EXTRA[code]
             i += 1
         elif step == _PUT_CODE:
             i, index = _put(data, i)
             memo = max(memo, index)
         else:
             size, i = _argument(data, i, step)
-            extra += _PER_ARGUMENT_BYTE * max(size, 0)
+            if size < 0:  # a length past the end: never handed to pickle, which would try to allocate it
+                raise UsageError(f"{label}: not a readable Flight Recorder dump (it ends inside a value it declares: "
+                                 "truncated, or still being written)")
+            extra += _PER_ARGUMENT_BYTE * size
         if i >= end or opcodes * _PER_OPCODE + extra + _PER_MEMO_INDEX * memo > MAX_MEMORY:
             break
     if opcodes * _PER_OPCODE + extra + _PER_MEMO_INDEX * memo > MAX_MEMORY:
@@ -157,8 +165,6 @@ def _put(data: bytes, i: int) -> tuple[int, int]:
     """For the PUT opcode at `i`: where the next opcode starts (the end where its argument runs past it or
     is no index) and the memo index it puts at."""
     op, end = data[i], len(data)
-    if op == _BINPUT:
-        return i + 2, 0
     if op == _LONG_BINPUT:
         return (end, 0) if i + 5 > end else (i + 5, _U4(data, i + 1)[0])
     line = data.find(b"\n", i + 1)  # PUT: the index in decimal, to the end of the line
@@ -187,10 +193,12 @@ def _argument(data: bytes, i: int, kind: int) -> tuple[int, int]:
 
 
 def loads(data: bytes, label: str, drop: frozenset[str] = frozenset(),
-          admit: Callable[[Any], None] = lambda doc: None) -> Any:
+          admit: Callable[[Any], None] = lambda doc: None, raw: frozenset[str] = frozenset()) -> Any:
     """The plain data a pickle holds, less the values of `drop` keys, or a one-line UsageError naming
     `label` and what is wrong. `admit` sees what pickle built before anything is copied out of it, and
-    raises to refuse it (a dump of more entries than any buffer keeps)."""
+    raises to refuse it (a dump of more entries than any buffer keeps). The values of the top-level keys in
+    `raw` are left as pickle built them, neither copied nor checked: for a caller that reads each of their
+    values with checks of its own (a dump's entries, most of its values), whatever objects they are."""
     _check_cost(data, label)
     try:
         doc = _PlainUnpickler(io.BytesIO(data)).load()
@@ -204,5 +212,9 @@ def loads(data: bytes, label: str, drop: frozenset[str] = frozenset(),
             why = "it declares a value larger than memory"
         raise UsageError(f"{label}: not a readable Flight Recorder dump ({why})") from None
     admit(doc)
+    kept = {k: doc[k] for k in raw if k in doc} if isinstance(doc, dict) else {}
+    if kept:
+        doc = {k: v for k, v in doc.items() if k not in kept}
     budget = min(MAX_NODES, max(_MIN_NODES, _NODES_PER_BYTE * len(data)))
-    return documents.check_tree(_plain(doc, budget, label, drop), label)
+    plain = documents.check_tree(_plain(doc, budget, label, drop), label)
+    return {**plain, **kept} if kept else plain

@@ -51,7 +51,7 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _json_name(value: Any) -> str:
+def json_name(value: Any) -> str:
     """What a value is, in the words of a JSON document."""
     if value is None:
         return "nothing"
@@ -98,13 +98,19 @@ def check_tree(doc: Any, label: str) -> Any:
             if not -INT_LIMIT <= node < INT_LIMIT:
                 raise UsageError(f"{label}: {_path(where)} is {node:.3g}, too large a number")
         else:
-            raise UsageError(f"{label}: {_path(where)} is {_json_name(node)}, which a document cannot hold "
+            raise UsageError(f"{label}: {_path(where)} is {json_name(node)}, which a document cannot hold "
                              "(text, numbers, true/false, null, lists and mappings only)")
     return doc
 
 
 def parse_json(text: str, label: str) -> Any:
     """A JSON text as a bounded tree of finite numbers, or a one-line UsageError."""
+    return check_tree(load_json(text, label), label)
+
+
+def load_json(text: str, label: str) -> Any:
+    """A JSON text whose numbers are finite and within INT_LIMIT, its depth not yet checked: for a reader that
+    checks a part of it itself (a Flight Recorder dump's entries), or a one-line UsageError."""
     try:
         doc = json.loads(text, parse_constant=_not_finite, parse_float=_finite_float, parse_int=_bounded_int)
     except RecursionError:
@@ -113,7 +119,7 @@ def parse_json(text: str, label: str) -> Any:
         raise UsageError(f"{label}: not valid JSON (half-written or corrupt): {e.msg} at line {e.lineno}") from None
     except ValueError as e:  # a NaN, Infinity, 1e999 or 5,000-digit number refused while parsing
         raise UsageError(f"{label}: {e}") from None
-    return check_tree(doc, label)
+    return doc
 
 
 class _NoAliases(yaml.SafeLoader):
@@ -174,7 +180,7 @@ def read_yaml(path: Path, label: str, limit: int = files.DOCUMENT_LIMIT) -> Any:
 def expect(doc: Any, kind: type, label: str, what: str) -> Any:
     """`doc` when its top level is a `kind` (dict or list), else a one-line error saying what was expected."""
     if not isinstance(doc, kind):
-        raise UsageError(f"{label}: expected {what}, found {_json_name(doc)}")
+        raise UsageError(f"{label}: expected {what}, found {json_name(doc)}")
     return doc
 
 
@@ -187,7 +193,7 @@ def version(value: Any, label: str, newest: int, what: str) -> int:
     """A document's schema_version: a whole number from 1 to `newest` (the newest `what` this
     clusterbench reads), or a one-line error saying what it is and what to do."""
     if not whole_number(value) or value < 1:
-        shown = json.dumps(value) if isinstance(value, _SCALARS) else _json_name(value)
+        shown = json.dumps(value) if isinstance(value, _SCALARS) else json_name(value)
         raise UsageError(f"{label}: schema_version {shown} is not a version (a whole number such as {newest})")
     if value > newest:
         raise UsageError(f"{label} has schema version {value}; this clusterbench reads {what} versions up to "

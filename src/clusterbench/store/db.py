@@ -26,8 +26,11 @@ from sqlalchemy import Connection, Engine, create_engine, event, insert, select
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
+from clusterbench.args import clipped
 from clusterbench.errors import RunFailed, UsageError, one_line
-from clusterbench.store import schema
+from clusterbench.inputs.printable import printable
+from clusterbench.secrets import masked
+from clusterbench.store import fit, schema
 from clusterbench.store.record import RunRecord, started_s
 from clusterbench.store.values import Damaged
 from clusterbench.store.where import Where
@@ -61,6 +64,11 @@ RACES = 5
 _UIDS_PER_QUESTION = 500  # uids in one IN (...): well inside SQLite's limit on parameters
 
 
+# SQLite's "no such table: figures", PostgreSQL's 'relation "figures" does not exist', and their columns'.
+_LOST = re.compile(r'no such (?P<kind>table|column): (?P<name>\S+)'
+                   r'|(?P<pg>relation|column) "(?P<pgname>[^"]+)" does not exist')
+
+
 def _busy(e: BaseException) -> bool:
     return "database is locked" in str(getattr(e, "orig", None) or e).lower()
 
@@ -69,11 +77,15 @@ def _why(e: BaseException) -> tuple[str, bool]:
     """The database's own reason, in one line, with what it means for a store; and whether it is the
     store's own damage (bad input) rather than a failure to reach or write it."""
     orig = getattr(e, "orig", None) or e
-    words = " ".join(str(orig).split())
+    words = masked(" ".join(str(orig).split()))  # a driver's message may quote the URL it was given
     words = re.sub(r"\(Background on this error at: [^)]*\)", "", words).strip()
     lower = words.lower()
     if "file is not a database" in lower or "malformed" in lower:
         return f"damaged or not an SQLite database ({words}); {MOVE_ASIDE}", True
+    lost = _LOST.search(words)
+    if lost:  # a table or column dropped while the command ran (one missing at the start is found by _bring_up)
+        kind = "table" if lost["pg"] == "relation" else lost["kind"] or lost["pg"]
+        return f"damaged: {kind} {lost['name'] or lost['pgname']} is missing; {MOVE_ASIDE}", True
     if "database or disk is full" in lower:
         return "the disk is full; nothing of this run was recorded", False
     if "database is locked" in lower:
@@ -143,7 +155,12 @@ class Store:
 
     def record_many(self, runs: list[RunRecord]) -> list[bool]:
         """Record the runs in one transaction, all or none; for each, whether it was new (False: a run of
-        its uid was there already, or earlier in `runs`)."""
+        its uid was there already, or earlier in `runs`). A run the store's readers could not read back is
+        refused, and nothing recorded."""
+        for run in runs:
+            why = fit.refusal(run)
+            if why is not None:
+                raise StoreRefused(f"store {self.where.shown}: run {clipped(repr(run.uid))} not recorded: {why}")
         tries = 1
         while True:
             try:
@@ -192,7 +209,8 @@ def _insert(conn: Connection, records: list[RunRecord]) -> None:
     ids = conn.execute(insert(schema.runs).returning(schema.runs.c.id, sort_by_parameter_order=True), [
         {"uid": r.uid, "command": r.command, "started_utc": r.started_utc, "started_s": when,
          "finished_utc": r.finished_utc, "status": r.status, "verdict": r.verdict, "host": r.host,
-         "folder": r.folder, "reason": r.reason, "recorded_s": now}
+         # The reason is free text that no reader prints: kept, with what is not printable escaped.
+         "folder": r.folder, "reason": None if r.reason is None else printable(r.reason), "recorded_s": now}
         for r, when in zip(records, whens)]).scalars().all()
     node_rows, figure_rows = [], []
     for run_id, when, run in zip(ids, whens, records):
@@ -287,6 +305,11 @@ def _bring_up(store: Store) -> None:
     with store.reading() as conn:
         found = schema.version(conn)
         others = schema.foreign_tables(conn) if found == 0 else []
+        gone = schema.missing(conn, found)
+    if found == 0 and others and set(others) <= set(schema.metadata.tables):  # ours, but for its version row's table
+        gone = f"table {schema.meta.name}"
+    if gone is not None:  # every question would fail on it, after a writer had measured a run for nothing
+        raise StoreRefused(f"store {where.shown}: damaged: its {gone} is missing; {MOVE_ASIDE}")
     if found == 0 and not store.write:  # nothing to build for a reader
         raise StoreRefused(_not_a_store(where, others))
     if found == 0 and others and not where.postgres:  # someone else's SQLite file: a store lives in its own

@@ -118,6 +118,23 @@ def version(conn: Connection) -> int:
     return found
 
 
+# The tables of each version: a store of that version without one of them, or of one of their columns, is damaged.
+TABLES = {1: (meta, runs, figures), 2: (meta, runs, figures, nodes)}
+
+
+def missing(conn: Connection, found: int) -> str | None:
+    """What of its version's tables a store lacks ("table nodes", "column figures.value"), or None."""
+    present = set(conn.dialect.get_table_names(conn))
+    for table in TABLES.get(found, ()):
+        if table.name not in present:
+            return f"table {table.name}"
+        columns = {c["name"] for c in conn.dialect.get_columns(conn, table.name)}
+        lost = [c.name for c in table.columns if c.name not in columns]
+        if lost:
+            return f"column {table.name}.{lost[0]}"
+    return None
+
+
 def foreign_tables(conn: Connection) -> list[str]:
     """The tables of a database that holds no store: someone else's, which clusterbench leaves alone."""
     return sorted(conn.dialect.get_table_names(conn))

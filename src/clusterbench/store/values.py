@@ -13,7 +13,7 @@ from sqlalchemy import Column, ColumnElement, func, or_
 
 from clusterbench.args import clipped
 
-_STAMP = re.compile(r"\d{8}T\d{6}Z")  # a run folder's UTC stamp, as runs.started_utc holds it
+STAMP = re.compile(r"\d{8}T\d{6}Z")  # a run folder's UTC stamp, as runs.started_utc holds it
 # The largest finite double: SQLite has no isfinite, but an infinity compares above it.
 _FINITE = 1.7976931348623157e308
 
@@ -35,14 +35,28 @@ def number(value: Any, column: Column) -> float:
     return float(value)
 
 
+def unfit(value: Any, column: Column) -> str | None:
+    """Why `value` is no text the store keeps in `column`, or None: the one rule of what a name may be, which
+    writers apply before they record and readers as they read. Printable text (a tab, a newline, an escape, a
+    non-breaking space, an undecodable byte of a file name would rewrite the terminal's lines, forge one, or
+    look like what it is not), within the column's length (PostgreSQL holds a column to it)."""
+    if not isinstance(value, str):
+        return "not text"
+    if not value.isprintable():
+        return "not printable text"
+    limit = getattr(column.type, "length", None)
+    if limit is not None and len(value) > limit:
+        return f"longer than {limit} characters"
+    return None
+
+
 def text(value: Any, column: Column, nullable: bool = False) -> Any:
     """A name: text (None where the column may be empty)."""
     if value is None and nullable:
         return None
-    if not isinstance(value, str):
-        raise held(column, value, "not text")
-    if not value.isprintable():  # a control character would rewrite the terminal's lines, or forge one
-        raise held(column, value, "not printable text")
+    why = unfit(value, column)
+    if why is not None:
+        raise held(column, value, why)
     return value
 
 
@@ -50,7 +64,7 @@ def stamp(value: Any, column: Column, nullable: bool = False) -> Any:
     """A UTC stamp of a run folder's form, 20261202T061500Z."""
     if value is None and nullable:
         return None
-    if not isinstance(value, str) or not _STAMP.fullmatch(value):
+    if not isinstance(value, str) or not STAMP.fullmatch(value):
         raise held(column, value, "not a UTC time like 20260101T000000Z")
     return value
 

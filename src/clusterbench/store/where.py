@@ -9,17 +9,22 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from clusterbench.args import clipped
 from clusterbench.errors import UsageError
+from clusterbench.inputs.printable import printable
 from clusterbench.secrets import masked
 
 ENV = "CLUSTERBENCH_STORE"
 OFF = ("off", "none")
 _POSTGRES = ("postgresql", "postgres", "postgresql+psycopg")
 _SQLITE = ("sqlite", "sqlite+pysqlite")
+# USER:PASSWORD@ at the start of what would be a file path (a password may hold a /): a URL whose scheme was left out.
+_CREDENTIALS = re.compile(r"[^/:@\s]*:[^@]*@")
 _FORMS = "a file path, sqlite:///RELATIVE/PATH, sqlite:////ABSOLUTE/PATH, a postgresql:// URL, or off"
 
 
@@ -52,6 +57,9 @@ def resolve(text: str | None, label: str = "--store") -> Where | None:
     if not text:
         raise UsageError(f"{label}: empty; give {_FORMS}")
     scheme, sep, rest = text.partition("://")
+    if not sep and _CREDENTIALS.match(text):  # USER:PASSWORD@HOST/DB: a URL without its scheme, not a file name
+        raise UsageError(f"{label} {clipped(masked(text))}: a URL needs its scheme (postgresql://USER@HOST/"
+                         "DATABASE); a file of such a name is written ./NAME")
     if not sep:
         return sqlite(_expanded(text, label))
     scheme = scheme.lower()
@@ -95,7 +103,7 @@ def _sqlite_path(text: str, rest: str, label: str) -> Path:
 
 def sqlite(path: Path) -> Where:
     path = path.absolute()
-    shown = masked(str(path))
+    shown = printable(masked(str(path)))  # printed in lines of its own: a newline in a name stays in its line
     try:
         path.stat()
     except FileNotFoundError:
@@ -114,14 +122,58 @@ def _postgres(rest: str, label: str) -> Where:
     if "@" not in authority and "@" in rest.split("?", 1)[0]:  # USER:PASS/WORD@HOST: not echoed, nor masked whole
         raise UsageError(f"{label} postgresql://...: a / before the @ (in the user or the password) must be "
                          "written %2F; the host is what follows the @")
-    shown = masked(f"postgresql://{rest}")
-    hosts = authority.rpartition("@")[2].split("?", 1)[0].split("#", 1)[0]
-    if not hosts:
-        raise UsageError(f"{label} {shown}: postgresql:// needs a host (postgresql://USER@HOST:PORT/DATABASE)")
-    if "," in hosts:
+    shown = printable(masked(f"postgresql://{rest}"))
+    # After the credentials (whose password may hold a ?): HOST:PORT, then /DATABASE, then ?QUERY.
+    place, _, query = rest[authority.rfind("@") + 1:].partition("?")
+    hosts = place.split("/", 1)[0].split("#", 1)[0]
+    params = _query(query.partition("#")[0], f"{label} {shown}")
+    if not hosts and "host" not in params and "hostaddr" not in params:
+        raise UsageError(f"{label} {shown}: postgresql:// needs a host (postgresql://USER@HOST:PORT/DATABASE, or "
+                         "a local server's socket folder: postgresql://USER@/DATABASE?host=/var/run/postgresql)")
+    if "," in hosts or "," in params.get("host", ""):
         raise UsageError(f"{label} {shown}: one host per URL (postgresql://USER@HOST:PORT/DATABASE)")
-    _host_and_port(hosts, f"{label} {shown}")
+    if hosts:
+        _host_and_port(hosts, f"{label} {shown}")
     return Where(f"postgresql+psycopg://{rest}", shown)
+
+
+# The parameters libpq takes in a URL's query (it refuses any other), and the values of those that have a set.
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"), "channel_binding": ("disable", "prefer", "require"),
+    "sslnegotiation": ("postgres", "direct"), "sslcertmode": ("disable", "allow", "require"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+    "load_balance_hosts": ("disable", "random"), "ssl": ("true",),
+}
+_COUNTS = ("connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+           "tcp_user_timeout", "sslcompression", "sslsni", "gssdelegation")
+_TAKEN = (*_CHOICES, *_COUNTS, "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+          "client_encoding", "options", "application_name", "fallback_application_name", "replication", "sslcert",
+          "sslkey", "sslpassword", "sslrootcert", "sslcrl", "sslcrldir", "requirepeer", "ssl_min_protocol_version",
+          "ssl_max_protocol_version", "krbsrvname", "gsslib", "service")
+
+
+def _query(query: str, label: str) -> dict[str, str]:
+    """A postgresql:// URL's ?KEY=VALUE&... as libpq would take it, refused in one line where libpq would
+    refuse it only once a run has measured: an unknown key, a port that is no number, a mode of no such name."""
+    params: dict[str, str] = {}
+    for item in query.split("&") if query else []:
+        key, eq, value = item.partition("=")
+        key, value = unquote(key), unquote(value)
+        if not eq or not key:
+            raise UsageError(f"{label}: {clipped(item)!r} in its ?query is no KEY=VALUE")
+        if key not in _TAKEN:
+            raise UsageError(f"{label}: ?{clipped(key)}= is no parameter of a PostgreSQL connection")
+        if key in params:
+            raise UsageError(f"{label}: ?{clipped(key)}= is given twice")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise UsageError(f"{label}: ?{key}={clipped(value)!r} is none of {', '.join(_CHOICES[key])}")
+        if key in _COUNTS and not (value.isascii() and value.isdigit() and len(value) <= 9):
+            raise UsageError(f"{label}: ?{key}={clipped(value)!r} is not a whole number")
+        if key == "port":
+            _port(value, label)
+        params[key] = value
+    return params
 
 
 def _host_and_port(text: str, label: str) -> None:
@@ -146,5 +198,10 @@ def _host_and_port(text: str, label: str) -> None:
         port = port if colon else None
         if not host:
             raise UsageError(f"{label}: postgresql:// needs a host before the port")
-    if port is not None and not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+    if port is not None:
+        _port(port, label)
+
+
+def _port(port: str, label: str) -> None:
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
         raise UsageError(f"{label}: port {clipped(port)!r} is not a port number (1 to 65535)")
