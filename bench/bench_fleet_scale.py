@@ -58,8 +58,8 @@ from clusterbench.comm.schedule import round_rows
 from clusterbench.commands.stage import conclude as conclude_command
 from clusterbench.errors import RunFailed
 from clusterbench.fleet import coverage, local
-from clusterbench.fleet.measures import Found
 from clusterbench.fleet.links import LOOK_APART_S, RETEST_ITERS
+from clusterbench.fleet.measures import Found
 from clusterbench.fleet.options import FleetOptions
 from clusterbench.results import codec
 from clusterbench.results.fleet import Fleet, Retest

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, finish, read_pairs, read_run, run_side_by_side, start_nodes
 
+from clusterbench.results import outputs
+
 QUICK = ["--pair-bytes", "256K", "--pair-iters", "3", "--peak-seconds", "0.1", "--timeout", "60"]
 HOST = socket.gethostname()
 
@@ -22,7 +24,9 @@ def node(i: int) -> str:
 
 def test_the_numerics_vote_excludes_the_drifting_device_and_writes_the_list(tmp_path: Path) -> None:
     out, listed = tmp_path / "run", tmp_path / "exclude.txt"
-    listed.write_text("node-excluded-last-week\n")  # an earlier exclude list is replaced unasked
+    earlier = outputs.check_one(listed, outputs.OUTPUTS["exclude_out"], overwrite=False)
+    listed.write_text("node-excluded-last-week\n")
+    outputs.mark([earlier])  # an earlier exclude list clusterbench wrote is replaced unasked
     done = finish(start_nodes(3, ["fleet", *QUICK, "--numerics-steps", "3", "--out", str(out),
                                   "--exclude-out", str(listed), "--drain", "--dry-run"],
                               env_of=lambda n: {"CLUSTERBENCH_TEST_SDC": "1:2"}))

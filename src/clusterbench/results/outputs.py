@@ -223,7 +223,7 @@ def check(args: argparse.Namespace, uses_store: bool) -> list[Planned]:
     results store, where the command records in one: `uses_store`); what each output was before, for mark()."""
     overwrite = bool(getattr(args, "overwrite", False))
     outputs = [(Path(value), OUTPUTS[name], _flag(OUTPUTS[name], prefix))
-               for name, prefix, value in _options(args) if name in OUTPUTS and str(value)]
+               for name, prefix, value in _options(args) if name in OUTPUTS]
     inputs = _inputs(args, uses_store)
     run_dir = getattr(args, "out", None)
     planned = []
