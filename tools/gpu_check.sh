@@ -8,14 +8,20 @@
 # checkout with no install (PYTHONPATH=src): the GPU machine has torch, CUDA and NCCL already.
 # Leaves every run folder and summary.txt under $OUT (default ./gpu-check). The step limits add up
 # to 48 minutes; a healthy H200 should need about a third of that (not yet run: no device was lent
-# since the levers were added).
+# since the levers were added). A lent device allows 10 minutes a command, so the script stops starting
+# steps once BUDGET seconds (default 540) are spent, cuts the last one's limit to what is left, and says
+# which it skipped; ONLY="comm-loop check burnin" runs just the steps named, for a second call.
 #
-#     bash tools/gpu_check.sh            # on the GPU machine, from the repository root
+#     bash tools/gpu_check.sh                       # on the GPU machine, from the repository root
+#     ONLY="counters copies check burnin" bash tools/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# Nothing recorded in a results store: the lent machine's Python may lack the store's packages, and its runs
+# belong to no fleet's history.
+export CLUSTERBENCH_STORE=${CLUSTERBENCH_STORE:-off}
 PY=${PYTHON:-python3}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -28,8 +34,17 @@ NP=$(( NGPU > 0 ? NGPU : 1 ))
 OPS=all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce,gather,scatter
 (( NP > 1 )) && OPS=$OPS,pt2pt,sendrecv
 
+BUDGET=${BUDGET:-540}
+ONLY=${ONLY:-}
+
 step() {  # step NAME TIMEOUT_S CMD...: run it, keep its output, note its exit code and last lines
   local name=$1 limit=$2; shift 2
+  if [[ -n $ONLY && " $ONLY " != *" $name "* ]]; then return; fi
+  if (( SECONDS >= BUDGET )); then
+    echo "$name skipped: the budget of ${BUDGET}s is spent (run it with ONLY=\"$name\")" | tee -a "$SUMMARY"
+    return
+  fi
+  (( limit > BUDGET - SECONDS )) && limit=$(( BUDGET - SECONDS ))
   local start=$SECONDS
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
