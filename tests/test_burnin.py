@@ -131,20 +131,21 @@ def test_a_healthy_soak_passes_and_leaves_a_row_per_device_and_window(tmp_path: 
 def test_a_flipped_word_and_a_matmul_slowed_midway_are_caught(tmp_path: Path) -> None:
     out = tmp_path / "run"
     slow_from = 3.0
-    # A neighbour's load may slow either rank for a while (see above): the slowed rank falls by 7/8, far past
-    # the tolerance, and a neighbour's half does not reach it.
+    # A neighbour's load slows either rank for real (see above), in CI once rank 0's matmul to an eighth from 1.5 s
+    # on: the slowed rank falls to a fiftieth, so its own step is the split that fits it best, and whether the
+    # neighbours' load is judged a drift of rank 0's too is not this test's to say.
     proc = run_cli(*SOAK, "--memory-bytes", "64M", "--tolerance", "0.7", "--out", str(out), timeout=120,
-                   env={"CLUSTERBENCH_TEST_FLIP": "0:2", "CLUSTERBENCH_TEST_SLOW": f"1:{slow_from:g}:8"})
+                   env={"CLUSTERBENCH_TEST_FLIP": "0:2", "CLUSTERBENCH_TEST_SLOW": f"1:{slow_from:g}:50"})
     b = _section(out)
     assert [w.rank for w in b.wrong] == [0] and b.wrong[0].t_s >= 2 and int(b.wrong[0].wrote, 16) ^ int(b.wrong[0].read, 16) == 1
     assert_one_line_error(proc, 1, "burnin memory FAIL", "1 word read back wrong", f"0x{b.wrong[0].offset:x}")
     assert sum(w.wrong_words for w in b.windows) == 1
     (memory,) = [f for f in b.findings if "memory test" in f.what]
     assert memory.severity == "critical" and "RMA" in memory.action and f"0x{b.wrong[0].offset:x}" in memory.action
-    drifts = [d for d in analysis.drifts(b) if d.figure == "matmul_tflops"]
-    assert [d.subject.split(" on ")[0] for d in drifts] == ["rank 1 cpu"], drifts
+    drifts = [d for d in analysis.drifts(b) if d.figure == "matmul_tflops" and d.subject.startswith("rank 1 ")]
+    assert len(drifts) == 1, analysis.drifts(b)
     assert drifts[0].shape == "step" and abs(drifts[0].start_s - slow_from) <= 2 * WINDOW, drifts
-    assert drifts[0].fell > 0.5
+    assert drifts[0].fell > 0.9
     assert any(f.what.startswith("matmul TFLOP/s fell") and f.subject.startswith("rank 1") for f in b.findings)
     assert "CRITICAL rank 1 cpu on" in proc.stdout and "matmul TFLOP/s fell" in proc.stdout
 
@@ -156,11 +157,11 @@ def _cgroup() -> tuple[Path, str, str] | None:
         return None
     v1 = Path("/sys/fs/cgroup/cpu")
     if (v1 / "cpu.cfs_quota_us").exists() and os.access(v1, os.W_OK):
-        return v1, "cpu.cfs_quota_us", "20000"  # of the default 100 ms period: a fifth of a core for all of them
+        return v1, "cpu.cfs_quota_us", "10000"  # of the default 100 ms period: a tenth of a core for all of them
     v2 = Path("/sys/fs/cgroup")
     with contextlib.suppress(OSError):
         if "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
-            return v2, "cpu.max", "20000 100000"
+            return v2, "cpu.max", "10000 100000"
     return None
 
 
@@ -169,7 +170,8 @@ def _cgroup() -> tuple[Path, str, str] | None:
 def test_a_cpu_quota_put_on_the_ranks_midway_is_a_drift_from_when_it_began(tmp_path: Path) -> None:
     root, cap, quota = _cgroup()
     out = tmp_path / "run"
-    # A fifth of a core for both ranks is a fall of 80 % or more; a neighbour's load (see above) does not reach 60.
+    # A tenth of a core for both ranks is a fall of 85 % or more even where a neighbour's load had taken two thirds
+    # of theirs before: the quota's step is the split that fits each rank's series best.
     proc = _started([*SOAK[:4], "8", *SOAK[5:], "--memory-bytes", "32M", "--tolerance", "0.6", "--out", str(out)])
     group = root / f"clusterbench-test-{proc.pid}"
     group.mkdir()
