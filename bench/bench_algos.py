@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from clusterbench import launch
-from clusterbench.args import size
+from clusterbench.argtypes import size
 from clusterbench.comm.algos import variant
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.scopes import whole_job
 from clusterbench.comm.sweep import _ctx
-from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
 
 
 def _round_s(run, iters: int) -> float:

@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from clusterbench import launch
-from clusterbench.dist import Worker, resolve
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import Worker, resolve
 from clusterbench.stages.train import MODEL_IMPORTS
 from clusterbench.train import deferred, host_memory, memory, models
 from clusterbench.train.data import load_task

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterbench.args import size
+from clusterbench.argtypes import size
 from clusterbench.comm.pairwise import BW_ITERS
 from clusterbench.comm.schedule import rounds
 from clusterbench.results import codec

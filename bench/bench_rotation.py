@@ -23,16 +23,16 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from clusterbench import launch
-from clusterbench.args import size
+from clusterbench.argtypes import size
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.plan import resolve as resolve_plan
 from clusterbench.comm.rotation import MAX_WINDOWS, Arena
 from clusterbench.comm.scopes import whole_job
 from clusterbench.comm.sizes import count_for, geometric
 from clusterbench.comm.sweep import measure
-from clusterbench.dist import resolve
 from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
 from clusterbench.shape import JobShape
 from clusterbench.units import human_bytes
 

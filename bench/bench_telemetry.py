@@ -19,16 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterbench import launch
-from clusterbench.args import size
+from clusterbench.argtypes import size
 from clusterbench.comm.ops import OPS
 from clusterbench.comm.plan import resolve as resolve_plan
 from clusterbench.comm.scopes import whole_job
 from clusterbench.comm.sizes import geometric
 from clusterbench.comm.sweep import measure
-from clusterbench.dist import resolve
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
 from clusterbench.shape import JobShape
 from clusterbench.telemetry import recorder as telemetry
 from clusterbench.telemetry.sampler import DEFAULT_HZ

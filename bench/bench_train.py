@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from clusterbench import launch
-from clusterbench.devices import synchronize
-from clusterbench.dist import Worker, resolve
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import StepRow
+from clusterbench.runtime import launch
+from clusterbench.runtime.devices import synchronize
+from clusterbench.runtime.dist import Worker, resolve
 from clusterbench.train import flops, models
 from clusterbench.train.data import IGNORE, load_task
 from clusterbench.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap

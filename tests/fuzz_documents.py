@@ -29,10 +29,10 @@ from clusterbench.analyse import baseline as baselines
 from clusterbench.analyse.expected import shipped_path
 from clusterbench.analyse.references import shipped_dir
 from clusterbench.analyse.rules import default_rules_path
-from clusterbench.registry import metrics_of
 from clusterbench.results import codec, documents
 from clusterbench.results.schema import Run
 from clusterbench.results.telemetry import Sample, StageWindow, Telemetry
+from clusterbench.stages.registry import metrics_of
 from clusterbench.telemetry.summary import device_stage
 
 DATA = Path(__file__).parent / "data"

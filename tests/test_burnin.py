@@ -28,7 +28,6 @@ from clusterbench.analyse.verdicts import overall
 from clusterbench.burnin.series import Series
 from clusterbench.commands import run as run_command
 from clusterbench.hw.events import ACTIONS
-from clusterbench.registry import judge
 from clusterbench.results import codec
 from clusterbench.results.burnin import Burnin, NodeCounters, Window, WrongWord
 from clusterbench.results.findings import Finding
@@ -36,6 +35,7 @@ from clusterbench.results.folder import RunFolder, load_run
 from clusterbench.results.schema import Run
 from clusterbench.results.telemetry import DeviceStage, Spread, Telemetry
 from clusterbench.shape import JobShape
+from clusterbench.stages.registry import judge
 
 WINDOW = 0.5
 SOAK = ["burnin", "--nproc", "2", "--duration", "6", "--window", str(WINDOW)]

@@ -7,9 +7,9 @@ from report_fixtures import as_run, gpu_run_doc
 
 from clusterbench.analyse import alignment, references
 from clusterbench.errors import UsageError
-from clusterbench.registry import judge, page
 from clusterbench.shape import JobShape
 from clusterbench.stages import canary
+from clusterbench.stages.registry import judge, page
 from clusterbench.stages.stage import Context, NoOptions, NotRun
 from clusterbench.train import job as train_job
 from clusterbench.train.options import TrainOptions

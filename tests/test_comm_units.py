@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from clusterbench.args import size
+from clusterbench.argtypes import size
 from clusterbench.comm import plan, table, timing
 from clusterbench.comm.sizes import count_for, geometric
 from clusterbench.comm.timing import converged, summarize

@@ -17,9 +17,9 @@ from report_fixtures import as_run, gpu_run_doc
 from clusterbench.analyse import expected
 from clusterbench.errors import UsageError
 from clusterbench.hw import affinity
-from clusterbench.registry import judge, metrics_of, page
 from clusterbench.results import documents
 from clusterbench.results.schema import Expected
+from clusterbench.stages.registry import judge, metrics_of, page
 
 DGX_H100 = json.loads((Path(__file__).parent / "data" / "hardware" / "dgx-h100.json").read_text())
 ONE_NODE = [{"rank": r, "node": "dgx-h100-01", "local_rank": r, "device": f"cuda:{r}"} for r in range(8)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from clusterbench import hostlist
 from clusterbench.analyse import agreement, bands, retests, suspects
+from clusterbench.inputs import hostlist
 from clusterbench.results.fleet import NodeProbe, Numerics, Retest
 from clusterbench.results.schema import PairRow
 

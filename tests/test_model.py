@@ -13,9 +13,9 @@ from report_fixtures import as_run, write_run
 
 from clusterbench.analyse import predict as pr
 from clusterbench.analyse.cost_model import fit_line, fit_run
-from clusterbench.registry import expected_plots, page
 from clusterbench.results import codec
 from clusterbench.results.schema import CommRow, Env, Run
+from clusterbench.stages.registry import expected_plots, page
 
 SIZES = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 HOLDOUT_LIMIT = 0.15  # the bar: held-out sizes predicted within 15 % (median)

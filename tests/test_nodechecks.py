@@ -18,11 +18,11 @@ from clusterbench.analyse import node_rules
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
 from clusterbench.nodechecks import BANDED, NODE_CHECKS, NodeCheck
-from clusterbench.rendezvous import Member
 from clusterbench.results.burnin import Burnin, NodeCounters
 from clusterbench.results.findings import Finding
 from clusterbench.results.fleet import Fleet, NodeProbe
 from clusterbench.results.schema import Env, Placement, Run
+from clusterbench.runtime.rendezvous import Member
 
 REMAP = Finding("cuda:3", "1 row remap pending a reset", "critical", "reset the GPU", "counters.remap_pending")
 DOWNTRAINED = Finding("cuda:1", "PCIe gen 4 x8, its maximum gen 5 x16", "warning", "reseat the GPU",
@@ -121,8 +121,8 @@ def fans(on: object) -> object:
 
 def test_a_node_check_added_as_one_entry_and_one_rule_runs_in_check_and_in_fleet(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterbench.dist import Worker
     from clusterbench.fleet import health, local
+    from clusterbench.runtime.dist import Worker
 
     monkeypatch.setitem(NODE_CHECKS, "fans", NodeCheck("fans", "passive", "node", "the node's fans",
                                                        f"{__name__}:fans", counts=("counters.fans_stopped",)))

@@ -8,8 +8,8 @@ from dataclasses import replace
 from clusterbench.analyse import teams
 from clusterbench.comm.groups import nccl_algo
 from clusterbench.comm.scopes import algo_phases, plan
-from clusterbench.rendezvous import Member, named
 from clusterbench.results.schema import CommRow
+from clusterbench.runtime.rendezvous import Member, named
 
 
 def members(*layout: tuple[str, int]) -> list[Member]:

@@ -15,16 +15,16 @@ import torch
 import torch.distributed as dist
 from conftest import assert_one_line_error, run_cli
 
-from clusterbench import args as argtypes
-from clusterbench import cli, registry
+from clusterbench import argtypes, cli
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.commands import run as run_command
 from clusterbench.errors import UsageError
-from clusterbench.rank import Rank
 from clusterbench.report.blocks import Part, esc, section
 from clusterbench.results import codec
 from clusterbench.results.schema import Run
+from clusterbench.runtime.rank import Rank
 from clusterbench.shape import JobShape
+from clusterbench.stages import registry
 from clusterbench.stages.stage import Context, Stage
 
 

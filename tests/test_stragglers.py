@@ -17,10 +17,10 @@ from clusterbench.analyse import stragglers
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
 from clusterbench.analyse.train import metrics
-from clusterbench.registry import expected_plots, render_report
 from clusterbench.results.documents import RUN, read
 from clusterbench.results.folder import load_run
 from clusterbench.results.schema import RankPhases
+from clusterbench.stages.registry import expected_plots, render_report
 from clusterbench.train import display
 
 ARGS = ["train", "--steps", "3", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "1",

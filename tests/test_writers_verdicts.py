@@ -25,12 +25,12 @@ from clusterbench.analyse.rules import Rule, evaluate
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.cli import main
 from clusterbench.errors import UsageError
-from clusterbench.registry import metrics_of, page
 from clusterbench.report.plots import drawable, log_span
 from clusterbench.results import codec
 from clusterbench.results.folder import claim, load_run
 from clusterbench.results.schema import Env, Run
 from clusterbench.results.telemetry import DeviceStage, Spread, StageWindow, Telemetry, csv_columns
+from clusterbench.stages.registry import metrics_of, page
 
 DEEP = 100_000
 

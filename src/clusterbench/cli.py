@@ -6,8 +6,7 @@ import argparse
 import os
 import sys
 
-from clusterbench import __version__, launchers, publish, registry
-from clusterbench.command import Command, RankCommand, ToolCommand
+from clusterbench import __version__, publish
 from clusterbench.commands import (
     align,
     baseline,
@@ -26,7 +25,10 @@ from clusterbench.commands import (
 from clusterbench.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError, one_line
 from clusterbench.inputs.printable import printable
 from clusterbench.results import outputs
+from clusterbench.runtime import launchers
+from clusterbench.runtime.command import Command, RankCommand, ToolCommand
 from clusterbench.secrets import masked
+from clusterbench.stages import registry
 
 COMMANDS: tuple[Command, ...] = (
     run.COMMAND,
@@ -117,7 +119,7 @@ def _run(command: Command, args: argparse.Namespace) -> int:
         publish.outputs_of(args)  # and so is a store of an unknown kind, or a textfile nobody would read
         # and an output over a file it did not make, or over an input
         planned = outputs.check(_every_option(command, args), uses_store=True)
-        from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
+        from clusterbench.runtime.harness import run_ranks  # torch: only for a command that starts ranks
 
         try:
             return run_ranks(command, args)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from clusterbench import hostlist
 from clusterbench.analyse import agreement, bands, node_rules, racks, retests
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule
+from clusterbench.inputs import hostlist
 from clusterbench.results.findings import Finding
 from clusterbench.results.fleet import Band, Exclusion, Fleet, NodeRow
 from clusterbench.results.schema import PairRow, Run

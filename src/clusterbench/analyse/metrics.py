@@ -1,7 +1,7 @@
 """A run flattened into named numbers: the common ground of verdicts, compare, rules and baselines.
 
 Each stage puts its own family of metrics (its `metrics` in clusterbench/stages/, through the
-analyse module of its topic); clusterbench.registry.metrics_of walks the stages and ends with
+analyse module of its topic); clusterbench.stages.registry.metrics_of walks the stages and ends with
 run_wide() here.
 
 Names (docs/methodology.md §6): comm.<op>.busbw_gbps.<small|medium|large|avg|top> (mean busbw in

@@ -17,7 +17,7 @@ from pathlib import Path
 from clusterbench import nodechecks
 from clusterbench.analyse import rules as rule_engine
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.results.findings import Finding, Severity
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from clusterbench import __version__
 from clusterbench.analyse import alignment
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.inputs import files
 from clusterbench.results import documents

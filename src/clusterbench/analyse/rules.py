@@ -40,7 +40,7 @@ from typing import Any
 
 from clusterbench.analyse.expected import whose
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents, patterns
 from clusterbench.results.schema import Expected

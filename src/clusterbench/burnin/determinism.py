@@ -8,7 +8,7 @@ import hashlib
 
 import torch
 
-from clusterbench.devices import synchronize
+from clusterbench.runtime.devices import synchronize
 
 SEED = 20240611
 # A chain of matmuls and a nonlinearity: every output bit depends on every input, in milliseconds.

@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from clusterbench.devices import synchronize
 from clusterbench.nodechecks import MATMUL_DTYPE, NODE_CHECKS
+from clusterbench.runtime.devices import synchronize
 
 
 def shape(device: torch.device) -> tuple[torch.dtype, int]:

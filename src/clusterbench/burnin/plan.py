@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbench.analyse.rules import Rule
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.units import human_bytes
 

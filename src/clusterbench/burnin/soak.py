@@ -24,11 +24,11 @@ from clusterbench.burnin import collective, matmul, memory
 from clusterbench.burnin.determinism import Repeat
 from clusterbench.burnin.plan import BurninPlan
 from clusterbench.burnin.record import Recorder, Report
-from clusterbench.devices import device_name
 from clusterbench.errors import RunFailed
 from clusterbench.hw import counters
-from clusterbench.rank import Rank
 from clusterbench.results.burnin import NodeCounters, Window, WrongWord
+from clusterbench.runtime.devices import device_name
+from clusterbench.runtime.rank import Rank
 
 # A window's time: these shares for the all_reduce (of the window as planned: the timing's stop is decided alike
 # on every rank only from a budget they share) and the memory test, the rest the matmul's.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.collectives import ALL_OPS, BUILT_ALGORITHMS, COLLECTIVES, NCCL_ALGORITHMS, REDUCE_OPS
 from clusterbench.results.schema import CommOptions
 from clusterbench.units import BANDWIDTH_UNITS

@@ -19,11 +19,11 @@ import torch.distributed as dist
 from clusterbench.comm import scopes, table
 from clusterbench.comm.schedule import round_rows, rounds
 from clusterbench.comm.values import Values, dtype_named
-from clusterbench.devices import synchronize
-from clusterbench.dist import Worker
 from clusterbench.errors import UsageError
-from clusterbench.rank import Rank
 from clusterbench.results.schema import CommOptions, PairRow
+from clusterbench.runtime.devices import synchronize
+from clusterbench.runtime.dist import Worker
+from clusterbench.runtime.rank import Rank
 
 # The bandwidth message unless -e says otherwise: large enough to reach a link's rate, small
 # enough that a 200 Mbit/s link still finishes a round in seconds.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from clusterbench.rendezvous import Member
+from clusterbench.runtime.rendezvous import Member
 
 WHOLE_JOB = "all"
 

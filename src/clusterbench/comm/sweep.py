@@ -23,11 +23,11 @@ from clusterbench.comm.scopes import Team
 from clusterbench.comm.sizes import count_for
 from clusterbench.comm.timing import RankReducer, time_op
 from clusterbench.comm.values import Values, dtype_named
-from clusterbench.devices import synchronize
-from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
-from clusterbench.rank import Progress, Rank
 from clusterbench.results.schema import CommOptions, CommRow
+from clusterbench.runtime.devices import synchronize
+from clusterbench.runtime.dist import Worker
+from clusterbench.runtime.rank import Progress, Rank
 
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from clusterbench.analyse import alignment, references
-from clusterbench.command import ToolCommand
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results.folder import load_run
+from clusterbench.runtime.command import ToolCommand
 from clusterbench.train.options import add_limit_arguments
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import argparse
 import time
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import bands, baseline
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.publish import add_store_argument
-from clusterbench.registry import metrics_of
 from clusterbench.results import codec
 from clusterbench.results.documents import Baseline
 from clusterbench.results.fleet import Band
 from clusterbench.results.folder import load_run
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.registry import metrics_of
 from clusterbench.store import where as store_where
 
 

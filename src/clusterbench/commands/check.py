@@ -29,18 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
-from clusterbench import publish
+from clusterbench import argtypes, publish
 from clusterbench.analyse import node_rules
 from clusterbench.analyse.bands import JUDGES_FROM
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.rules import Rule
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 from clusterbench.fleet import actions
 from clusterbench.nodechecks import NODE_CHECKS
 from clusterbench.results.documents import utc_stamp
 from clusterbench.results.fleet import Band
+from clusterbench.runtime.command import ToolCommand
 from clusterbench.store.record import Figure, RunRecord
 
 # Slurm kills a HealthCheckProgram after 60 s: a check that has not finished by 50 s still has

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import predict as pr
 from clusterbench.analyse.cost_model import STATS, bent, fit_run, span
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.results.cost_model import CostModel
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run, save_run
 from clusterbench.results.schema import Run
+from clusterbench.runtime.command import ToolCommand
 from clusterbench.units import duration, human_bytes
 
 PLANNING_SIZE = 1024**3  # the planning question's message: 1 GiB

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterbench import args as argtypes
-from clusterbench.command import ToolCommand
+from clusterbench import argtypes
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.publish import add_store_argument
+from clusterbench.runtime.command import ToolCommand
 from clusterbench.store import where as store_where
 
 if TYPE_CHECKING:  # SQLAlchemy and the analysis load only when a question is asked

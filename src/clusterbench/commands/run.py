@@ -1,7 +1,7 @@
 """`clusterbench run`: every stage of the registry in order (the hardware picture, peaks, comm
 sweep, numerics canary, SFT with alignment), then verdicts by rules and the report.
 
-Each stage is one entry of clusterbench.registry: its typed options, resolved once before any
+Each stage is one entry of clusterbench.stages.registry: its typed options, resolved once before any
 rank starts, the same per-rank work its own command runs. A stage's options are reachable as
 --STAGE.OPTION (--comm.ops all_reduce, --train.preset llama-1b) or, for a stage that is also a
 command, in one string (--comm-args "--ops all_reduce"), parsed by that command's own parser.
@@ -18,15 +18,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
-from clusterbench import registry
+from clusterbench import argtypes
 from clusterbench.analyse import expected as expected_figures
 from clusterbench.analyse.rules import Rule, default_rules, load_rules
 from clusterbench.analyse.verdicts import judge, overall
-from clusterbench.command import RankCommand
 from clusterbench.errors import UsageError
 from clusterbench.results.schema import Expected, Run
+from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
+from clusterbench.stages import registry
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.units import BITS_PER_BYTE
 

@@ -10,15 +10,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import expected
 from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import judge
-from clusterbench.command import RankCommand
 from clusterbench.errors import EXIT_OK, RunFailed, UsageError
-from clusterbench.registry import STAGES, metrics_of, render_report
 from clusterbench.results.schema import Run
+from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
+from clusterbench.stages.registry import STAGES, metrics_of, render_report
 from clusterbench.stages.stage import Context, NotRun, Stage
 
 

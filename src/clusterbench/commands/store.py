@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError, one_line
 from clusterbench.inputs.printable import printable
 from clusterbench.publish import add_store_argument
+from clusterbench.runtime.command import ToolCommand
 from clusterbench.store import where as store_where
 
 if TYPE_CHECKING:  # SQLAlchemy: loaded only when the store is opened
@@ -59,7 +59,7 @@ BATCH = 200
 
 
 def _import(store: Store, runs: list[Path]) -> int:
-    from clusterbench.recording import record_of  # every stage's metrics
+    from clusterbench.publish.recording import record_of  # every stage's metrics
     from clusterbench.results.folder import load_run
     from clusterbench.store.fit import refusal
 

@@ -18,12 +18,12 @@ import torch
 from clusterbench.analyse import agreement, bands, node_rules
 from clusterbench.analyse.fleet import node_class
 from clusterbench.analyse.rules import Rule
-from clusterbench.devices import device_name
 from clusterbench.fleet import measures
 from clusterbench.hw import counters
 from clusterbench.hw.host import cpu
 from clusterbench.nodechecks import NODE_CHECKS, NodeCheck
 from clusterbench.results.fleet import Band, Numerics
+from clusterbench.runtime.devices import device_name
 
 PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
 # The peaks of all devices may take at most this share of the time left, measured again included: the

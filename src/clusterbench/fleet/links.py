@@ -14,10 +14,10 @@ import torch.distributed as dist
 from clusterbench.analyse import retests
 from clusterbench.analyse.retests import Planned
 from clusterbench.comm.pairwise import BW_ITERS, measure_rounds, share_figure, share_rounds
-from clusterbench.devices import synchronize
-from clusterbench.rank import Rank
 from clusterbench.results.fleet import Fleet, GroupFigure
 from clusterbench.results.schema import CommOptions, PairRow
+from clusterbench.runtime.devices import synchronize
+from clusterbench.runtime.rank import Rank
 
 GLOBAL_ITERS = 5
 # A retest keeps its fastest message of at least this many. Healthy 4-node namespace fleets run beside the test

@@ -13,8 +13,6 @@ import torch
 import torch.distributed as dist
 
 from clusterbench.analyse.fleet import node_class
-from clusterbench.devices import device_name
-from clusterbench.dist import Worker
 from clusterbench.fleet import measures
 from clusterbench.fleet.measures import Found
 from clusterbench.hw import counters
@@ -22,6 +20,8 @@ from clusterbench.hw.facts import node_facts
 from clusterbench.hw.topology import describe
 from clusterbench.nodechecks import NODE_CHECKS
 from clusterbench.results.fleet import CopyFigure, NodeProbe, Numerics
+from clusterbench.runtime.devices import device_name
+from clusterbench.runtime.dist import Worker
 
 # The checks measured again, alone, for a node whose figures fell out of its band: those with figures.
 BANDED_CHECKS = tuple(c.name for c in NODE_CHECKS.values() if c.figures)

@@ -16,13 +16,13 @@ import torch.distributed as dist
 from clusterbench import limits
 from clusterbench.burnin.collective import AllReduce
 from clusterbench.comm.timing import batch_loop
-from clusterbench.devices import synchronize
 from clusterbench.fleet import numerics
 from clusterbench.hw import counters, gpu_links, nvml, peaks
 from clusterbench.hw.events import ACTIONS
 from clusterbench.nodechecks import MATMUL_DTYPE, NODE_CHECKS, NodeCheck
 from clusterbench.results.findings import Finding
 from clusterbench.results.fleet import CopyFigure
+from clusterbench.runtime.devices import synchronize
 
 COPIES_PER_BATCH = 4  # copies timed as one batch: one sample of the spread
 MIN_BATCHES = 3  # a spread needs a few, however short the time

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from clusterbench import faults
-from clusterbench.devices import synchronize
+from clusterbench.runtime.devices import synchronize
 from clusterbench.train import models
 from clusterbench.train.data import load_task
 from clusterbench.train.loop import ADAM_BETAS, sum_loss

@@ -23,10 +23,10 @@ from clusterbench.fleet import coverage, links, local
 from clusterbench.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.inputs.topology import Topology
 from clusterbench.nodechecks import BANDED
-from clusterbench.rank import Rank
 from clusterbench.report.fleet import SHOWN_ALL
 from clusterbench.results.fleet import Fleet
 from clusterbench.results.schema import CommOptions
+from clusterbench.runtime.rank import Rank
 
 
 def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None, burnin: BurninPlan | None = None) -> None:

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from clusterbench import limits
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.hw.host import numa_of, read, read_int
 from clusterbench.results.hardware import Nic, RdmaPort

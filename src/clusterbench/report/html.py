@@ -2,7 +2,7 @@
 
 Self-contained means it opens offline from anywhere: one inline CSS block, plots as
 inline SVG (see report.plots for why), system fonts, no script and no URL to fetch. The
-sections come from the stages (clusterbench.registry walks them), each present only when
+sections come from the stages (clusterbench.stages.registry walks them), each present only when
 run.json holds its data, so the same page serves `comm`, `info`, `train` and `run` folders;
 the navigation lists the sections the page holds, in order.
 """

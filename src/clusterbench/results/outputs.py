@@ -39,7 +39,7 @@ MARK = "user.clusterbench.output"  # the extended attribute clusterbench leaves 
 
 
 def _textfile(head: bytes) -> bool:
-    """Prometheus text whose every series is clusterbench's (prometheus.py names them all clusterbench_)."""
+    """Prometheus text whose every series is clusterbench's (publish/prometheus.py names them all clusterbench_)."""
     starts = (b"# HELP clusterbench_", b"# TYPE clusterbench_", b"clusterbench_")
     lines = head.splitlines()
     return any(line.startswith(b"clusterbench_") for line in lines) and all(line.startswith(starts) for line in lines)

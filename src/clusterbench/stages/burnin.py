@@ -9,7 +9,7 @@ import argparse
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import burnin as analysis
 from clusterbench.analyse import node_rules
 from clusterbench.analyse.metrics import Metrics
@@ -31,7 +31,7 @@ from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Context, NotRun, Stage
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
 
 CHECKS = ("burnin memory", "burnin determinism", "burnin agreement", "burnin drift", "burnin soak", "burnin counters",
           "burnin counter warnings", "burnin uncorrected ECC", "burnin corrected ECC", "burnin throttling")

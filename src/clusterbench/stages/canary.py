@@ -17,7 +17,7 @@ from clusterbench.stages.stage import Context, NoOptions, NotRun, Stage
 from clusterbench.stages.train import RANK_IMPORTS, fine_tune, task_parts
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
     from clusterbench.train.job import TrainJob
 
 LEAD = ("The tiny float32 task with TF32 off, trained on this hardware and held against the curve it makes on "

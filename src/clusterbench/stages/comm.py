@@ -17,7 +17,7 @@ from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Context, Stage
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
 
 # What `run` sweeps, per hardware; unset, --max-bytes on a GPU keeps comm's own cap at free memory.
 RUN_DEFAULTS: dict[str, dict[str, Any]] = {"cpu": {"ops": ALL_OPS, "max_bytes": 16 * 1024**2}, "cuda": {"ops": ALL_OPS}}

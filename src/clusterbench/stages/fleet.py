@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import burnin as burnin_analysis
 from clusterbench.analyse import fleet as conclusion
 from clusterbench.analyse import node_rules
@@ -34,7 +34,7 @@ from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.stages.train import MODEL_IMPORTS
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
 
 
 @dataclass(frozen=True)

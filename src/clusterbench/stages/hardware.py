@@ -18,7 +18,7 @@ from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Stage, as_given
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import peaks
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.report.blocks import Part
@@ -17,7 +17,7 @@ from clusterbench.shape import JobShape
 from clusterbench.stages.stage import Stage, as_given
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -51,10 +51,10 @@ def work(rank: Rank, opts: PeakOptions) -> None:
     # torch and the probes load on the ranks only: commands that read run folders read this module too.
     import torch.distributed as dist
 
-    from clusterbench.devices import device_name
     from clusterbench.hw import peaks as measured
     from clusterbench.hw.render import PEAK_HEADER, peak_lines
     from clusterbench.results.hardware import DevicePeaks, Peaks
+    from clusterbench.runtime.devices import device_name
 
     rank.progress.at("measuring peaks")
     device = rank.worker.device

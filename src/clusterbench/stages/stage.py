@@ -1,5 +1,5 @@
 """What a stage declares: a stage of `run` (and perhaps a command of its own) is one module that
-builds one Stage, and one line in clusterbench.registry (docs/architecture.md).
+builds one Stage, and one line in clusterbench.stages.registry (docs/architecture.md).
 
 A stage owns its options (a dataclass whose defaults are its own command's), turns what the user
 gave into a plan once (resolve), does its work on every rank, fills its sections of run.json,
@@ -19,8 +19,8 @@ from clusterbench.report.blocks import Part
 from clusterbench.results.schema import Run
 from clusterbench.shape import JobShape
 
-if TYPE_CHECKING:  # rank.py imports torch, and commands that only read run folders read stages too
-    from clusterbench.rank import Rank
+if TYPE_CHECKING:  # runtime/rank.py imports torch, and commands that only read run folders read stages too
+    from clusterbench.runtime.rank import Rank
 
 Options = TypeVar("Options")
 Plan = TypeVar("Plan")

@@ -15,7 +15,7 @@ from clusterbench.stages.stage import Context, Stage
 from clusterbench.train import options
 
 if TYPE_CHECKING:
-    from clusterbench.rank import Rank
+    from clusterbench.runtime.rank import Rank
     from clusterbench.train.job import TrainJob
     from clusterbench.train.measure import Keep
 

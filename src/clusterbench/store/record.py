@@ -1,5 +1,5 @@
 """What the store keeps of one run: its identity and ending, and every figure with the node, device
-and hardware class that measured it. Built from a run folder (clusterbench.recording) or by a
+and hardware class that measured it. Built from a run folder (clusterbench.publish.recording) or by a
 command that keeps no folder (`check`); free of any database library."""
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ import torch
 
 from clusterbench.analyse import alignment, references
 from clusterbench.errors import UsageError
-from clusterbench.forking import without_thread_pools
 from clusterbench.results.documents import LossReference
 from clusterbench.results.schema import Run, Train, TrainConfig
+from clusterbench.runtime.forking import without_thread_pools
 from clusterbench.train import models
 from clusterbench.train.data import load_task
 from clusterbench.train.loop import LoopConfig, split

@@ -22,9 +22,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from clusterbench import faults
-from clusterbench.devices import synchronize
-from clusterbench.dist import Worker
 from clusterbench.errors import UsageError, is_out_of_memory
+from clusterbench.runtime.devices import synchronize
+from clusterbench.runtime.dist import Worker
 from clusterbench.train import checkpointing
 from clusterbench.train.data import IGNORE, SFTTask, share
 from clusterbench.train.models import Fill

@@ -17,11 +17,11 @@ from dataclasses import asdict, replace
 import torch
 import torch.distributed as dist
 
-from clusterbench.devices import device_name
-from clusterbench.dist import Worker
-from clusterbench.rank import Rank
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import RankPhases, StepRow, Train, TrainConfig, TrainSummary
+from clusterbench.runtime.devices import device_name
+from clusterbench.runtime.dist import Worker
+from clusterbench.runtime.rank import Rank
 from clusterbench.train import deferred, display, flops, host_memory, memory, models
 from clusterbench.train.data import SFTTask, load_task
 from clusterbench.train.job import TrainJob

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.train.presets import PRESETS
 
 DTYPES = ("float32", "bfloat16")

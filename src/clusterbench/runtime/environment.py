@@ -9,10 +9,10 @@ import torch
 import torch.distributed as dist
 
 from clusterbench import __version__
-from clusterbench.devices import device_name
-from clusterbench.dist import Worker
 from clusterbench.hw import affinity
 from clusterbench.results.schema import Env, Placement
+from clusterbench.runtime.devices import device_name
+from clusterbench.runtime.dist import Worker
 
 
 def backend_version(backend: str) -> str:

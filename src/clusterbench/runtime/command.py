@@ -1,7 +1,7 @@
 """The three kinds of command, declared without starting anything: a command is its options and its work.
 
 `RankCommand` runs its work on every rank (spawned here, or joined under torchrun, srun or
-mpirun), through the harness (clusterbench.harness, which cli loads only for such a command);
+mpirun), through the harness (clusterbench.runtime.harness, which cli loads only for such a command);
 `LocalCommand` measures in this process and keeps a run folder (the hardware picture, peaks);
 `ToolCommand` reads and writes files only (report, compare). Declaring one imports no torch, so
 a command that only reads run folders starts fast. Adding a command is one module that builds
@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
-from clusterbench import publish
+from clusterbench import argtypes, publish
 from clusterbench.errors import EXIT_OK
 from clusterbench.hw.network import check_interface
-from clusterbench.launchers import MAX_WORLD_SIZE
 from clusterbench.results.folder import RunFolder, announce, claim, default_run_dir
 from clusterbench.results.schema import Run
+from clusterbench.runtime.launchers import MAX_WORLD_SIZE
 from clusterbench.shape import JobShape
 from clusterbench.telemetry.sampler import DEFAULT_HZ, MAX_HZ
 
@@ -136,7 +135,7 @@ class LocalCommand(_Named):
         publish.add_arguments(p)
 
     def main(self, args: argparse.Namespace) -> int:
-        from clusterbench.recording import record_of  # the stages' metrics: only once a run is done
+        from clusterbench.publish.recording import record_of  # the stages' metrics: only once a run is done
 
         outputs = publish.outputs_of(args)
         options = self.prepare(args)

@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.units import ranks_text
 

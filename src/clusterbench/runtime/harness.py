@@ -1,6 +1,6 @@
 """One life for every rank command, as nccl-tests has one harness for every collective.
 
-A command supplies its options and its work (clusterbench.command); the harness does the rest,
+A command supplies its options and its work (clusterbench.runtime.command); the harness does the rest,
 the same way for all:
 
     parse -> launch options -> world size -> prepare (typed options, resolved and refused before
@@ -20,17 +20,10 @@ from typing import Any
 
 import torch
 
-from clusterbench import args as argtypes
-from clusterbench import launch, launchers, publish
-from clusterbench.command import Launch, RankCommand
-from clusterbench.dist import DistConfig, Worker, resolve
-from clusterbench.environment import environment
+from clusterbench import argtypes, publish
 from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunFailed, UsageError, one_line
 from clusterbench.hw.topology import describe
-from clusterbench.launchers import Joined
-from clusterbench.rank import Progress, Rank
-from clusterbench.recording import record_of
-from clusterbench.rendezvous import RESOLVE_S, check_address
+from clusterbench.publish.recording import record_of
 from clusterbench.results import documents
 from clusterbench.results.folder import (
     FLIGHT_DUMPS,
@@ -43,6 +36,13 @@ from clusterbench.results.folder import (
     save_run,
 )
 from clusterbench.results.schema import Lost, Run
+from clusterbench.runtime import launch, launchers
+from clusterbench.runtime.command import Launch, RankCommand
+from clusterbench.runtime.dist import DistConfig, Worker, resolve
+from clusterbench.runtime.environment import environment
+from clusterbench.runtime.launchers import Joined
+from clusterbench.runtime.rank import Progress, Rank
+from clusterbench.runtime.rendezvous import RESOLVE_S, check_address
 from clusterbench.shape import JobShape
 from clusterbench.telemetry.recorder import start as recording
 from clusterbench.telemetry.sampler import DEFAULT_HZ
@@ -113,7 +113,7 @@ def world_size(options: Launch, cfg: DistConfig, joined: Joined | None) -> int:
     if options.nproc is not None:
         return options.nproc
     if options.launcher == "ray":
-        from clusterbench import ray_launch  # only Ray users need ray installed
+        from clusterbench.runtime import ray_launch  # only Ray users need ray installed
 
         return ray_launch.default_world_size(options.ray_address, cfg.device_type)
     return max(1, torch.cuda.device_count()) if cfg.device_type == "cuda" else 2
@@ -158,7 +158,7 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs, setup.run_dir / FLIGHT_DUMPS,
                       (cmd.work.__module__, *cmd.imports))
     if setup.ray:
-        from clusterbench import ray_launch  # only Ray users need ray installed
+        from clusterbench.runtime import ray_launch  # only Ray users need ray installed
 
         outcome = ray_launch.run(work, setup.world_size, setup.ray_address)
     else:

@@ -30,14 +30,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clusterbench import flight, forking
-from clusterbench.dist import DistConfig, Worker, init
+from clusterbench import flight
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
 from clusterbench.flight import record
 from clusterbench.hw.network import check_interface
-from clusterbench.launchers import Joined
-from clusterbench.rank import Progress
-from clusterbench.rendezvous import Member, Rendezvous, waiting_text
+from clusterbench.runtime import forking
+from clusterbench.runtime.dist import DistConfig, Worker, init
+from clusterbench.runtime.launchers import Joined
+from clusterbench.runtime.rank import Progress
+from clusterbench.runtime.rendezvous import Member, Rendezvous, waiting_text
 from clusterbench.units import ranks_text
 
 # After the first rank fails, the others get this long to notice and exit on their own.

@@ -8,10 +8,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from clusterbench.dist import Worker
-from clusterbench.rendezvous import Rendezvous
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.schema import Env
+from clusterbench.runtime.dist import Worker
+from clusterbench.runtime.rendezvous import Rendezvous
 
 
 class StageMarks(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError, one_line
 from clusterbench.secrets import masked
 from clusterbench.store import where as store_where
@@ -124,7 +124,7 @@ def publish(record: RunRecord, outputs: Outputs, say: TextIO | None = sys.stdout
         ok &= _attempt(lambda: _record(record, outputs.store, say), "store", outputs.store.shown)
     if outputs.textfile is None and outputs.pushgateway is None:
         return ok
-    from clusterbench import prometheus  # prometheus_client: only where figures are exported
+    from clusterbench.publish import prometheus  # prometheus_client: only where figures are exported
 
     registry = prometheus.registry_of(record, started_s(record.started_utc))
     if outputs.textfile is not None:

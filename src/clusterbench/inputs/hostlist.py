@@ -19,7 +19,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 
 # Slurm itself refuses a range of more than 64K hosts (hostlist.c, MAX_RANGE "anything larger will be
 # assumed to be an error"); the largest Slurm clusters have a few tens of thousands of nodes. So a whole

@@ -17,10 +17,10 @@ import sys
 import time
 from typing import Any
 
-from clusterbench import launch
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import EXIT_FAILED, EXIT_INTERRUPTED, RunFailed, UsageError, one_line
-from clusterbench.rendezvous import Rendezvous
+from clusterbench.runtime import launch
+from clusterbench.runtime.rendezvous import Rendezvous
 
 # What a rank reads from its environment; ranks on a joined cluster inherit the node's, not ours.
 FORWARDED = ("CLUSTERBENCH_", "NCCL_", "GLOO_", "TORCH_", "TRANSFORMERS_")

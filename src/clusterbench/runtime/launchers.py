@@ -25,9 +25,9 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from clusterbench import hostlist
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
+from clusterbench.inputs import hostlist
 
 # Ports derived from a job id fall in this range: above the well-known and registered ports
 # most services take, below Linux's default ephemeral range (32768+), so no client port holds one.

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from clusterbench.args import clipped, real
-from clusterbench.devices import local_device_count
+from clusterbench.argtypes import clipped, real
 from clusterbench.errors import RunFailed, UsageError
-from clusterbench.rendezvous import RESOLVE_S, Member, answer_within
+from clusterbench.runtime.devices import local_device_count
+from clusterbench.runtime.rendezvous import RESOLVE_S, Member, answer_within
 
 # The rendezvous timeout unless --rendezvous-timeout or this variable says otherwise: long enough for
 # every rank of a large job to start Python and torch on a loaded file system, and short of the

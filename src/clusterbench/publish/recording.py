@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
-from clusterbench import hostlist
 from clusterbench.analyse.fleet import node_class
-from clusterbench.registry import metrics_of
+from clusterbench.inputs import hostlist
 from clusterbench.results.hardware import Hardware
 from clusterbench.results.schema import Run
+from clusterbench.stages.registry import metrics_of
 from clusterbench.store.record import NODE_PREFIX, Figure, RunRecord
 
 
