@@ -303,8 +303,11 @@ def _bring_up(store: Store) -> None:
     """The store's schema checked, and for a writer migrated to this version where it is older."""
     where = store.where
     with store.reading() as conn:
+        # The tables before the version: a store another importer builds meanwhile shows all of them and its version
+        # row at once, and each statement here may see a newer commit than the last (PostgreSQL's read committed).
+        others = schema.foreign_tables(conn)
         found = schema.version(conn)
-        others = schema.foreign_tables(conn) if found == 0 else []
+        others = others if found == 0 else []
         gone = schema.missing(conn, found)
     if found == 0 and others and set(others) <= set(schema.metadata.tables):  # ours, but for its version row's table
         gone = f"table {schema.meta.name}"
