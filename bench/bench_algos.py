@@ -22,13 +22,13 @@ import torch
 import torch.distributed as dist
 
 from clusterbench.argtypes import size
-from clusterbench.comm.algos import variant
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sweep import _ctx
-from clusterbench.results.schema import CommOptions
 from clusterbench.runtime import launch
 from clusterbench.runtime.dist import resolve
+from clusterbench.stages.comm.algos import variant
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sweep import _ctx
 
 
 def _round_s(run, iters: int) -> float:

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from beds import netns_cluster
 from conftest import finish, start_nodes
 
-from clusterbench.fleet import coverage
 from clusterbench.results import codec
-from clusterbench.results.fleet import NodeProbe
 from clusterbench.results.folder import load_run
+from clusterbench.stages.fleet import coverage
+from clusterbench.stages.fleet.records import NodeProbe
 
 
 def _peak_kib(pid: int) -> int:

@@ -52,20 +52,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from clusterbench.analyse import bands, retests, suspects
-from clusterbench.comm.pairwise import BW_ITERS, LATENCY_ITERS
-from clusterbench.comm.schedule import round_rows
 from clusterbench.commands.stage import conclude as conclude_command
 from clusterbench.errors import RunFailed
-from clusterbench.fleet import coverage, local
-from clusterbench.fleet.links import LOOK_APART_S, RETEST_ITERS
-from clusterbench.fleet.measures import Found
-from clusterbench.fleet.options import FleetOptions
+from clusterbench.nodechecks import bands
+from clusterbench.nodechecks.measures import Found
 from clusterbench.results import codec
-from clusterbench.results.fleet import Fleet, Retest
 from clusterbench.results.folder import RunFolder, load_run, save_run
-from clusterbench.results.schema import Env, PairRow, Placement
-from clusterbench.stages.fleet import STAGE, FleetJob
+from clusterbench.results.run import Env, Placement
+from clusterbench.stages.comm.pairwise import BW_ITERS, LATENCY_ITERS
+from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.comm.schedule import round_rows
+from clusterbench.stages.fleet import coverage, local, retests, suspects
+from clusterbench.stages.fleet.links import LOOK_APART_S, RETEST_ITERS
+from clusterbench.stages.fleet.options import FleetOptions
+from clusterbench.stages.fleet.records import Fleet, Retest
+from clusterbench.stages.fleet.stage import FLEET, FleetJob
 
 NODE_FAULTS = ("slow_nic", "starved", "slow_gpu", "bad_rack")
 LINK_FAULTS = ("bad_link", "flaky_link")
@@ -270,7 +271,7 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
             run = load_run(path)
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    conclude_command(STAGE, run, FleetJob(options), path)
+                    conclude_command(FLEET, run, FleetJob(options), path)
                 except RunFailed:
                     pass  # the fleet check fails where a node is excluded: the command's exit 1
             save_run(path, run)

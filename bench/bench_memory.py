@@ -43,10 +43,10 @@ import torch.distributed as dist
 
 from clusterbench.runtime import launch
 from clusterbench.runtime.dist import Worker, resolve
-from clusterbench.stages.train import MODEL_IMPORTS
-from clusterbench.train import deferred, host_memory, memory, models
-from clusterbench.train.data import load_task
-from clusterbench.train.loop import LoopConfig, shard, train
+from clusterbench.stages.train import deferred, host_memory, memory, models
+from clusterbench.stages.train.data import load_task
+from clusterbench.stages.train.loop import LoopConfig, shard, train
+from clusterbench.stages.train.stage import MODEL_IMPORTS
 
 GIB = 2**30
 RSS_LOOP = LoopConfig(steps=2, warmup_steps=1, global_batch=4, micro_batch=1, lr=3e-4, lr_warmup_steps=10,

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from clusterbench.argtypes import size
-from clusterbench.comm.pairwise import BW_ITERS
-from clusterbench.comm.schedule import rounds
 from clusterbench.results import codec
 from clusterbench.results.folder import load_run
+from clusterbench.stages.comm.pairwise import BW_ITERS
+from clusterbench.stages.comm.schedule import rounds
 
 
 def one(nproc: int, max_bytes: int) -> dict:

@@ -20,16 +20,16 @@ import time
 from pathlib import Path
 
 from clusterbench.argtypes import size
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.plan import resolve as resolve_plan
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sizes import geometric
-from clusterbench.comm.sweep import measure
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import CommOptions
 from clusterbench.runtime import launch
 from clusterbench.runtime.dist import resolve
 from clusterbench.shape import JobShape
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.plan import resolve as resolve_plan
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sizes import geometric
+from clusterbench.stages.comm.sweep import measure
 from clusterbench.telemetry import recorder as telemetry
 from clusterbench.telemetry.sampler import DEFAULT_HZ
 from clusterbench.units import human_bytes

@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import StepRow
 from clusterbench.runtime import launch
 from clusterbench.runtime.devices import synchronize
 from clusterbench.runtime.dist import Worker, resolve
-from clusterbench.train import flops, models
-from clusterbench.train.data import IGNORE, load_task
-from clusterbench.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap
+from clusterbench.stages.train import flops, models
+from clusterbench.stages.train.data import IGNORE, load_task
+from clusterbench.stages.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap
+from clusterbench.stages.train.records import StepRow
 
 CASES = {
     "tiny": {"seq_len": 64, "loop": LoopConfig(steps=40, warmup_steps=5, global_batch=16, micro_batch=4, lr=1e-3,

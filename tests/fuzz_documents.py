@@ -27,12 +27,12 @@ from report_fixtures import gpu_run_doc
 
 from clusterbench.analyse import baseline as baselines
 from clusterbench.analyse.expected import shipped_path
-from clusterbench.analyse.references import shipped_dir
 from clusterbench.analyse.rules import default_rules_path
 from clusterbench.results import codec, documents
-from clusterbench.results.schema import Run
-from clusterbench.results.telemetry import Sample, StageWindow, Telemetry
+from clusterbench.results.run import Run
 from clusterbench.stages.registry import metrics_of
+from clusterbench.stages.train.references import shipped_dir
+from clusterbench.telemetry.records import Sample, StageWindow, Telemetry
 from clusterbench.telemetry.summary import device_stage
 
 DATA = Path(__file__).parent / "data"

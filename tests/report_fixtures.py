@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.results import codec
-from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, CommRow, Run
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run
+from clusterbench.stages.comm.records import CommRow
 
 
 def train_section(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS") -> dict[str, Any]:

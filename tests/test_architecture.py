@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import gpu_run_doc, write_run
 
-from clusterbench.analyse import predict
 from clusterbench.collectives import BUILT_REDUCTIONS, COLLECTIVES, NCCL_ALGORITHMS, REDUCE_OPS
-from clusterbench.comm import algos, ops
+from clusterbench.stages.comm import algos, ops, predict
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "src" / "clusterbench"
@@ -41,6 +40,7 @@ def _specificity(pattern: str) -> tuple[int, int, int]:
 
 
 def _matches(pattern: str, rel: str) -> bool:
+    """`FOLDER/`: everything under it; a file, where a `*` stands for one folder."""
     if pattern.endswith("/"):
         return fnmatch.fnmatch(rel, pattern + "*") and rel.count("/") >= pattern.count("/")
     return fnmatch.fnmatch(rel, pattern) and rel.count("/") == pattern.count("/")

@@ -22,20 +22,20 @@ import pytest
 from conftest import assert_one_line_error, read_run, run_cli, run_side_by_side
 
 from clusterbench import cli
-from clusterbench.analyse import burnin as analysis
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.verdicts import overall
-from clusterbench.burnin.series import Series
 from clusterbench.commands import run as run_command
 from clusterbench.hw.events import ACTIONS
 from clusterbench.results import codec
-from clusterbench.results.burnin import Burnin, NodeCounters, Window, WrongWord
 from clusterbench.results.findings import Finding
 from clusterbench.results.folder import RunFolder, load_run
-from clusterbench.results.schema import Run
-from clusterbench.results.telemetry import DeviceStage, Spread, Telemetry
+from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
+from clusterbench.stages.burnin import metrics as analysis
+from clusterbench.stages.burnin.records import Burnin, NodeCounters, Window, WrongWord
+from clusterbench.stages.burnin.series import Series
 from clusterbench.stages.registry import judge
+from clusterbench.telemetry.records import DeviceStage, Spread, Telemetry
 
 WINDOW = 0.5
 SOAK = ["burnin", "--nproc", "2", "--duration", "6", "--window", str(WINDOW)]

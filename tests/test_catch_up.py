@@ -9,8 +9,9 @@ import pytest
 
 from clusterbench.errors import UsageError
 from clusterbench.results.folder import RunFolder, load_run
-from clusterbench.results.schema import CommRow, PairRow, StepRow
 from clusterbench.results.table_csv import read_rows
+from clusterbench.stages.comm.records import CommRow, PairRow
+from clusterbench.stages.train.records import StepRow
 
 HOUR = 3600.0  # no save of run.json while the test appends
 

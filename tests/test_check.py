@@ -14,9 +14,9 @@ import pytest
 from conftest import assert_one_line_error, run_cli, run_side_by_side
 from fake_nvml import four_h100
 
-from clusterbench.results.fleet import Band, Fleet
 from clusterbench.results.folder import save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
+from clusterbench.stages.fleet.records import Band, Fleet
 
 OTHER_CLASS = "NVIDIA H100 80GB HBM3 x8"
 HEALTHY = r"clusterbench check: healthy: n1 \((cpu|\d+ x [^,]+), (\d) checks, \d+\.\d s\)"
@@ -24,7 +24,7 @@ HEALTHY = r"clusterbench check: healthy: n1 \((cpu|\d+ x [^,]+), (\d) checks, \d
 
 def this_class() -> str:
     """This machine's hardware class, as the check names it."""
-    from clusterbench.fleet import health  # torch: only in the tests that need a baseline
+    from clusterbench.nodechecks import health  # torch: only in the tests that need a baseline
 
     return health.devices(None).klass
 
@@ -121,8 +121,8 @@ def test_the_counters_check_fails_each_memory_fault_that_needs_a_reset(monkeypat
                                                                       tmp_path: Path) -> None:
     """The GPU side of the counters check, on a fake NVML (no GPU here to read it from), judged by the node
     rules as `check` and `fleet` judge it."""
-    from clusterbench.analyse import node_rules
     from clusterbench.hw import counters, nvml
+    from clusterbench.nodechecks import node_rules
 
     fake = four_h100()
     monkeypatch.setattr(nvml, "load", lambda: fake)
@@ -152,8 +152,8 @@ def test_the_counters_check_fails_each_memory_fault_that_needs_a_reset(monkeypat
 
 def test_the_devices_of_a_node_vote_on_the_numerics() -> None:
     """Several devices, as a GPU node has, each device's losses of the numerics task as it trained them."""
-    from clusterbench.fleet import health  # torch
-    from clusterbench.results.fleet import Numerics
+    from clusterbench.nodechecks import health  # torch
+    from clusterbench.stages.fleet.records import Numerics
 
     def runs(*losses: list[float]) -> list[Numerics]:
         return [Numerics(i, "", f"cuda:{i} (GPU)", list(of)) for i, of in enumerate(losses)]

@@ -9,7 +9,7 @@ from report_fixtures import as_run, gpu_run_doc, train_section, write_run
 
 from clusterbench.analyse.compare import compare, lost, worse
 from clusterbench.analyse.metrics import kind_of, size_class
-from clusterbench.results.schema import SCHEMA_VERSION
+from clusterbench.results.run import SCHEMA_VERSION
 from clusterbench.stages.registry import metrics_of
 
 

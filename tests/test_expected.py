@@ -18,7 +18,7 @@ from clusterbench.analyse import expected
 from clusterbench.errors import UsageError
 from clusterbench.hw import affinity
 from clusterbench.results import documents
-from clusterbench.results.schema import Expected
+from clusterbench.results.run import Expected
 from clusterbench.stages.registry import judge, metrics_of, page
 
 DGX_H100 = json.loads((Path(__file__).parent / "data" / "hardware" / "dgx-h100.json").read_text())

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterbench.analyse import racks, retests, suspects
-from clusterbench.analyse.kept_median import KeptMedian
-from clusterbench.comm.schedule import rounds
 from clusterbench.errors import UsageError
-from clusterbench.fleet import coverage
 from clusterbench.inputs import topology
-from clusterbench.results.fleet import Retest
-from clusterbench.results.schema import PairRow, upgrade_v6
+from clusterbench.results.run import upgrade_v6
+from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.comm.schedule import rounds
+from clusterbench.stages.fleet import coverage, racks, retests, suspects
+from clusterbench.stages.fleet.kept_median import KeptMedian
+from clusterbench.stages.fleet.records import Retest
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent("""
     import threading
     from clusterbench import launch
     from clusterbench.runtime.dist import DistConfig
-    from clusterbench.train.data import load_task
+    from clusterbench.stages.train.data import load_task
     from clusterbench.runtime.forking import without_thread_pools
 
     def start(device):

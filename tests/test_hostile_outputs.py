@@ -23,9 +23,9 @@ from conftest import assert_one_line_error, run_side_by_side
 from clusterbench.errors import UsageError
 from clusterbench.results import outputs
 from clusterbench.results.documents import write_text
-from clusterbench.results.fleet import Band, Fleet
 from clusterbench.results.folder import save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
+from clusterbench.stages.fleet.records import Band, Fleet
 
 
 def _digest(path: Path) -> str:

@@ -11,10 +11,11 @@ import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 from report_fixtures import as_run, write_run
 
-from clusterbench.analyse import predict as pr
-from clusterbench.analyse.cost_model import fit_line, fit_run
 from clusterbench.results import codec
-from clusterbench.results.schema import CommRow, Env, Run
+from clusterbench.results.run import Env, Run
+from clusterbench.stages.comm import predict as pr
+from clusterbench.stages.comm.cost_model import fit_line, fit_run
+from clusterbench.stages.comm.records import CommRow
 from clusterbench.stages.registry import expected_plots, page
 
 SIZES = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB

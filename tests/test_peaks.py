@@ -51,8 +51,8 @@ def test_busy_gpus_without_cuda_keeps_nothing_busy() -> None:
 
 
 def test_a_device_that_measured_nothing_leaves_the_minimum_unknown() -> None:
-    from clusterbench.results.hardware import CopyPeak, MatmulPeak, Peaks
-    from clusterbench.results.schema import Run
+    from clusterbench.results.run import Run
+    from clusterbench.stages.peaks.records import CopyPeak, MatmulPeak, Peaks
     from clusterbench.stages.registry import metrics_of
 
     matmul = [MatmulPeak(f"cuda:{i}", "bfloat16", 4096, t, 10, 1.0) for i, t in enumerate((float("nan"), 700.0))]

@@ -16,7 +16,7 @@ from report_fixtures import as_run, gpu_run_doc, write_run
 
 from clusterbench.results import codec, documents
 from clusterbench.results.folder import load_run
-from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
 
 V1_RUN = Path(__file__).parent / "data" / "v1-run"  # `clusterbench run --quick` of clusterbench 0.1.0
 # `clusterbench comm --nproc 2 --ops all_reduce -b 1K -e 16K --telemetry-hz 0`, then `model fit --save`, with

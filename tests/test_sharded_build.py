@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from clusterbench.train import deferred, models
-from clusterbench.train.presets import PRESETS
+from clusterbench.stages.train import deferred, models
+from clusterbench.stages.train.presets import PRESETS
 
 RANKS = Path(__file__).parent / "sharded_weights.py"
 

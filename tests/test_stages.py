@@ -21,7 +21,7 @@ from clusterbench.commands import run as run_command
 from clusterbench.errors import UsageError
 from clusterbench.report.blocks import Part, esc, section
 from clusterbench.results import codec
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 from clusterbench.runtime.rank import Rank
 from clusterbench.shape import JobShape
 from clusterbench.stages import registry

@@ -13,15 +13,14 @@ import pytest
 from beds import cpu_quota
 from conftest import finish, read_run, start_nodes
 
-from clusterbench.analyse import stragglers
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
-from clusterbench.analyse.train import metrics
 from clusterbench.results.documents import RUN, read
 from clusterbench.results.folder import load_run
-from clusterbench.results.schema import RankPhases
 from clusterbench.stages.registry import expected_plots, render_report
-from clusterbench.train import display
+from clusterbench.stages.train import display, stragglers
+from clusterbench.stages.train.metrics import metrics
+from clusterbench.stages.train.records import RankPhases
 
 ARGS = ["train", "--steps", "3", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "1",
         "--peak-tflops", "1"]

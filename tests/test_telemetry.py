@@ -13,14 +13,14 @@ import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 from fake_nvml import eight_h200, four_h100
 
-from clusterbench.analyse import telemetry as analyse
 from clusterbench.results import codec
 from clusterbench.results.folder import load_run, save_run
-from clusterbench.results.schema import Env, Run
-from clusterbench.results.telemetry import DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
+from clusterbench.results.run import Env, Run
 from clusterbench.stages.registry import expected_plots, judge, page, render_report
+from clusterbench.telemetry import metrics as analyse
 from clusterbench.telemetry.cpu import CpuProbe
 from clusterbench.telemetry.gpu import GpuProbe, reasons
+from clusterbench.telemetry.records import DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
 from clusterbench.telemetry.sampler import Sampler
 from clusterbench.telemetry.summary import device_stage
 

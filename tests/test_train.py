@@ -15,13 +15,13 @@ from conftest import GPT2, assert_one_line_error, read_run, run_cli, run_side_by
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
-from clusterbench.analyse.train import metrics
 from clusterbench.errors import UsageError
 from clusterbench.results.documents import RUN, read
-from clusterbench.results.schema import RankPhases
-from clusterbench.train import flops, models
-from clusterbench.train.data import share
-from clusterbench.train.loop import accumulation, split
+from clusterbench.stages.train import flops, models
+from clusterbench.stages.train.data import share
+from clusterbench.stages.train.loop import accumulation, split
+from clusterbench.stages.train.metrics import metrics
+from clusterbench.stages.train.records import RankPhases
 
 SHORT = ["--steps", "24", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "2",
          "--peak-tflops", "1"]

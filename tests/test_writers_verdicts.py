@@ -19,7 +19,6 @@ import pytest
 from report_fixtures import as_run, comm_rows, gpu_run_doc, write_run
 
 from clusterbench.analyse.compare import compare, lost
-from clusterbench.analyse.cost_model import fit_line, fit_run
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, evaluate
 from clusterbench.analyse.verdicts import judge, overall
@@ -28,9 +27,10 @@ from clusterbench.errors import UsageError
 from clusterbench.report.plots import drawable, log_span
 from clusterbench.results import codec
 from clusterbench.results.folder import claim, load_run
-from clusterbench.results.schema import Env, Run
-from clusterbench.results.telemetry import DeviceStage, Spread, StageWindow, Telemetry, csv_columns
+from clusterbench.results.run import Env, Run
+from clusterbench.stages.comm.cost_model import fit_line, fit_run
 from clusterbench.stages.registry import metrics_of, page
+from clusterbench.telemetry.records import DeviceStage, Spread, StageWindow, Telemetry, csv_columns
 
 DEEP = 100_000
 

@@ -108,7 +108,7 @@ for m in node_rules.judge(counters.figures(None, snap), counters.states(snap), n
 step copies 120 "$PY" -c '
 import torch
 from clusterbench.fleet import measures
-from clusterbench.nodechecks import NODE_CHECKS
+from clusterbench.nodechecks.table import NODE_CHECKS
 gpus = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count()))
 for d in gpus:
     found = measures.host_device(measures.On(d, torch.cuda.get_device_name(d), 1.0))

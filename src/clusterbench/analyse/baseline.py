@@ -8,8 +8,8 @@ from pathlib import Path
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
 from clusterbench.results.documents import Baseline, MetricStats
-from clusterbench.results.fleet import Band
 from clusterbench.results.folder import load_run
+from clusterbench.stages.fleet.records import Band
 
 
 def build(runs: list[tuple[str, dict[str, float]]]) -> Baseline:

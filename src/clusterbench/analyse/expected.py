@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import limits
-from clusterbench.analyse import nccl
-from clusterbench.analyse.links import active_rdma
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit, is_per_size, kind_of
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents as inputs
+from clusterbench.nccl import metrics as nccl
 from clusterbench.results import documents
-from clusterbench.results.hardware import Gpu
-from clusterbench.results.schema import Expected, Run
+from clusterbench.results.run import Expected, Run
+from clusterbench.stages.comm.links import active_rdma
+from clusterbench.stages.hardware.records import Gpu
 from clusterbench.units import BITS_PER_BYTE
 
 TABLE_KIND = "clusterbench-expected"

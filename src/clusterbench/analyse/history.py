@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from clusterbench.analyse import bands
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, evaluate, load_rules
-from clusterbench.nodechecks import BANDED
+from clusterbench.nodechecks import bands
+from clusterbench.nodechecks.table import BANDED
 from clusterbench.results.documents import Baseline, MetricStats
-from clusterbench.results.fleet import Band
+from clusterbench.stages.fleet.records import Band
 from clusterbench.store.history import DAY_S, Daily, Point, Stats
 from clusterbench.store.record import NODE_PREFIX
 

@@ -30,8 +30,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from clusterbench.analyse import nccl, telemetry
-from clusterbench.results.schema import Run
+from clusterbench.nccl import metrics as nccl
+from clusterbench.results.run import Run
+from clusterbench.telemetry import metrics as telemetry
 
 SMALL_MAX_BYTES = 64 * 1024  # below: latency-bound sizes
 MEDIUM_MAX_BYTES = 16 * 1024**2  # from here on: bandwidth-bound sizes

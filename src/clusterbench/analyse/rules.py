@@ -43,7 +43,7 @@ from clusterbench.analyse.metrics import Metrics
 from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents, patterns
-from clusterbench.results.schema import Expected
+from clusterbench.results.run import Expected
 
 FUNCTIONS = ("value", "change", "expected")
 LEVELS = ("WARN", "FAIL")

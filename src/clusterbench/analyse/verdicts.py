@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, RuleResult, default_rules, evaluate
 from clusterbench.errors import UsageError
-from clusterbench.results.schema import Expected, Verdict
+from clusterbench.results.run import Expected, Verdict
 
 RANKED = ("PASS", "WARN", "FAIL")
 _SHOWN = 3  # results named in one line before "and N more"

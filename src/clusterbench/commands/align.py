@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from clusterbench.analyse import alignment, references
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.results.folder import load_run
 from clusterbench.runtime.command import ToolCommand
-from clusterbench.train.options import add_limit_arguments
+from clusterbench.stages.train import alignment, references
+from clusterbench.stages.train.options import add_limit_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

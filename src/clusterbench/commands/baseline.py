@@ -7,14 +7,15 @@ import argparse
 import time
 
 from clusterbench import argtypes
-from clusterbench.analyse import bands, baseline
+from clusterbench.analyse import baseline
 from clusterbench.errors import EXIT_OK, UsageError
+from clusterbench.nodechecks import bands
 from clusterbench.publish import add_store_argument
 from clusterbench.results import codec
 from clusterbench.results.documents import Baseline
-from clusterbench.results.fleet import Band
 from clusterbench.results.folder import load_run
 from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.fleet.records import Band
 from clusterbench.stages.registry import metrics_of
 from clusterbench.store import where as store_where
 

@@ -30,16 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import argtypes, publish
-from clusterbench.analyse import node_rules
-from clusterbench.analyse.bands import JUDGES_FROM
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.rules import Rule
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
-from clusterbench.fleet import actions
-from clusterbench.nodechecks import NODE_CHECKS
+from clusterbench.nodechecks import node_rules
+from clusterbench.nodechecks.bands import JUDGES_FROM
+from clusterbench.nodechecks.table import NODE_CHECKS
 from clusterbench.results.documents import utc_stamp
-from clusterbench.results.fleet import Band
 from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.fleet import actions
+from clusterbench.stages.fleet.records import Band
 from clusterbench.store.record import Figure, RunRecord
 
 # Slurm kills a HealthCheckProgram after 60 s: a check that has not finished by 50 s still has
@@ -231,7 +231,7 @@ def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
         os.dup2(quiet, 2)
     try:
         try:
-            from clusterbench.fleet import health  # torch: loaded here, so the budget covers it
+            from clusterbench.nodechecks import health  # torch: loaded here, so the budget covers it
         except Exception as e:  # noqa: BLE001 - a broken install is no fault of the node's
             if debug:
                 traceback.print_exc()

@@ -6,14 +6,14 @@ import argparse
 from pathlib import Path
 
 from clusterbench import argtypes
-from clusterbench.analyse import predict as pr
-from clusterbench.analyse.cost_model import STATS, bent, fit_run, span
 from clusterbench.errors import EXIT_OK, UsageError
-from clusterbench.results.cost_model import CostModel
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run, save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.comm import predict as pr
+from clusterbench.stages.comm.cost_model import STATS, bent, fit_run, span
+from clusterbench.stages.comm.records import CostModel
 from clusterbench.units import duration, human_bytes
 
 PLANNING_SIZE = 1024**3  # the planning question's message: 1 GiB
@@ -143,7 +143,7 @@ def _predict(args: argparse.Namespace) -> int:
     print(predict_text(cluster, args.op, predictions))
     print(planning_answer(cluster, args.op))
     if args.plot:
-        from clusterbench.report.cost_model import prediction_svg  # matplotlib only when asked for
+        from clusterbench.stages.comm.cost_model_report import prediction_svg  # matplotlib only when asked for
 
         path = write_text(args.plot, prediction_svg(cluster, args.op, predictions), "the plot")
         print(f"# plot: {path}")

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 from clusterbench import flight
-from clusterbench.analyse.nccl import picture, unjudged
 from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import conclusive, overall
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
@@ -30,9 +29,10 @@ from clusterbench.inputs import files
 from clusterbench.inputs.printable import printable
 from clusterbench.nccl.jobs import read_folder
 from clusterbench.nccl.log import read_files
+from clusterbench.nccl.metrics import picture, unjudged
+from clusterbench.nccl.records import NcclFacts
 from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS, load_run
-from clusterbench.results.nccl import NcclFacts
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.registry import judge
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from clusterbench import argtypes
 from clusterbench.hw.render import PEAK_HEADER, peak_lines
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.hardware import Peaks
 from clusterbench.runtime.command import LocalCommand
-from clusterbench.stages import peaks as stage
+from clusterbench.stages.peaks import stage
+from clusterbench.stages.peaks.records import Peaks
 
 
 @dataclass(frozen=True)

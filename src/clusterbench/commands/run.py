@@ -23,7 +23,7 @@ from clusterbench.analyse import expected as expected_figures
 from clusterbench.analyse.rules import Rule, default_rules, load_rules
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.errors import UsageError
-from clusterbench.results.schema import Expected, Run
+from clusterbench.results.run import Expected, Run
 from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
 from clusterbench.stages import registry

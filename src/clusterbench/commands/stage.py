@@ -15,7 +15,7 @@ from clusterbench.analyse import expected
 from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import judge
 from clusterbench.errors import EXIT_OK, RunFailed, UsageError
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
 from clusterbench.stages.registry import STAGES, metrics_of, render_report

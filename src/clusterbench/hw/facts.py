@@ -12,7 +12,7 @@ from pathlib import Path
 
 from clusterbench.hw import nvml as nvml_api
 from clusterbench.hw.host import read
-from clusterbench.results.hardware import Hardware
+from clusterbench.stages.hardware.records import Hardware
 
 # NVML's answers per GPU, each read as on or off where the call gives a (current, pending) pair.
 _GPU_MODES = {"ecc": "nvmlDeviceGetEccMode", "mig": "nvmlDeviceGetMigMode",

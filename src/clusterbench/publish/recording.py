@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 
-from clusterbench.analyse.fleet import node_class
 from clusterbench.inputs import hostlist
-from clusterbench.results.hardware import Hardware
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
+from clusterbench.stages.fleet.conclusion import node_class
+from clusterbench.stages.hardware.records import Hardware
 from clusterbench.stages.registry import metrics_of
 from clusterbench.store.record import NODE_PREFIX, Figure, RunRecord
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit
 from clusterbench.report.blocks import esc, note, num, pct, section, sentence, table
-from clusterbench.results.schema import CommOptions, Expected, Run
+from clusterbench.results.run import Expected, Run
+from clusterbench.stages.comm.records import CommOptions
 from clusterbench.units import BANDWIDTH_UNITS
 
 

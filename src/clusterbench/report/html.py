@@ -12,7 +12,7 @@ from __future__ import annotations
 from clusterbench.analyse.verdicts import overall
 from clusterbench.report.blocks import Part, badge, esc, section
 from clusterbench.report.style import CSS
-from clusterbench.results.schema import Run, Verdict
+from clusterbench.results.run import Run, Verdict
 from clusterbench.units import ranks_text
 
 REPORT_NAME = "report.html"

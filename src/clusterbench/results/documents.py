@@ -23,8 +23,7 @@ from typing import Any
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.inputs import documents as inputs
 from clusterbench.results import codec
-from clusterbench.results.fleet import Band
-from clusterbench.results.schema import (
+from clusterbench.results.run import (
     RUN_KIND,
     SCHEMA_VERSION,
     Run,
@@ -35,6 +34,7 @@ from clusterbench.results.schema import (
     upgrade_v5,
     upgrade_v6,
 )
+from clusterbench.stages.fleet.records import Band
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError, one_line
 from clusterbench.results import codec, documents, table_csv
-from clusterbench.results.burnin import TABLE as BURNIN
-from clusterbench.results.schema import Env, Run
-from clusterbench.results.telemetry import TABLE as TELEMETRY
+from clusterbench.results.run import Env, Run
 from clusterbench.secrets import masked_argv
+from clusterbench.stages.burnin.records import TABLE as BURNIN
+from clusterbench.telemetry.records import TABLE as TELEMETRY
 
 TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <name>.csv
 # Tables too long for run.json, kept in <name>.csv alone: the pairs (a fleet of thousands of nodes measures

@@ -21,7 +21,7 @@ from clusterbench import argtypes, publish
 from clusterbench.errors import EXIT_OK
 from clusterbench.hw.network import check_interface
 from clusterbench.results.folder import RunFolder, announce, claim, default_run_dir
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 from clusterbench.runtime.launchers import MAX_WORLD_SIZE
 from clusterbench.shape import JobShape
 from clusterbench.telemetry.sampler import DEFAULT_HZ, MAX_HZ

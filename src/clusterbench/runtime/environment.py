@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from clusterbench import __version__
 from clusterbench.hw import affinity
-from clusterbench.results.schema import Env, Placement
+from clusterbench.results.run import Env, Placement
 from clusterbench.runtime.devices import device_name
 from clusterbench.runtime.dist import Worker
 

@@ -35,7 +35,7 @@ from clusterbench.results.folder import (
     load_run,
     save_run,
 )
-from clusterbench.results.schema import Lost, Run
+from clusterbench.results.run import Lost, Run
 from clusterbench.runtime import launch, launchers
 from clusterbench.runtime.command import Launch, RankCommand
 from clusterbench.runtime.dist import DistConfig, Worker, resolve

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import Env
+from clusterbench.results.run import Env
 from clusterbench.runtime.dist import Worker
 from clusterbench.runtime.rendezvous import Rendezvous
 

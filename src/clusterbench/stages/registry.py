@@ -16,18 +16,24 @@ from clusterbench.report.blocks import Part
 from clusterbench.report.expected import expected_section
 from clusterbench.results.documents import write_text
 from clusterbench.results.folder import load_run
-from clusterbench.results.schema import Run, Verdict
-from clusterbench.stages import burnin, canary, comm, fleet, hardware, peaks, train
+from clusterbench.results.run import Run, Verdict
+from clusterbench.stages.burnin.stage import BURNIN
+from clusterbench.stages.canary.stage import CANARY
+from clusterbench.stages.comm.stage import COMM
+from clusterbench.stages.fleet.stage import FLEET
+from clusterbench.stages.hardware.stage import HARDWARE
+from clusterbench.stages.peaks.stage import PEAKS
 from clusterbench.stages.stage import Stage
+from clusterbench.stages.train.stage import TRAIN
 
 STAGES: tuple[Stage, ...] = (
-    hardware.STAGE,
-    peaks.STAGE,
-    fleet.STAGE,
-    comm.STAGE,
-    canary.STAGE,
-    train.STAGE,
-    burnin.STAGE,
+    HARDWARE,
+    PEAKS,
+    FLEET,
+    COMM,
+    CANARY,
+    TRAIN,
+    BURNIN,
 )
 
 
@@ -50,7 +56,7 @@ def judge(run: Run, rules: list[Rule] | None = None, metrics: Metrics | None = N
 def report_parts(run: Run, metrics: Metrics, run_dir: Path | None = None) -> list[Part]:
     """The report's sections after the verdicts: the expected figures, each stage's, then the telemetry
     (plotted from run_dir's telemetry.csv when there is one)."""
-    from clusterbench.report import telemetry  # matplotlib: only where a report is rendered
+    from clusterbench.telemetry import report as telemetry  # matplotlib: only where a report is rendered
 
     parts = [Part("expected", "Expected", expected_section(run, metrics))] \
         if run.expected or run.expected_note else []

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.report.blocks import Part
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 
 if TYPE_CHECKING:  # runtime/rank.py imports torch, and commands that only read run folders read stages too

@@ -1,0 +1,153 @@
+"""run.json's sections of the collective benchmark: the sweep as asked for (`comm_options`), its rows (`comm`,
+also comm.csv), the pairwise rows (`pairs`, in pairs.csv alone) and the alpha-beta model fitted to its own
+sweep (`cost_model`, docs/methodology.md §14)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from clusterbench.results.codec import (
+    AT_LEAST_ONE,
+    MESSAGE_BYTES,
+    MICROSECONDS,
+    NONNEGATIVE,
+    POSITIVE,
+    TICKS_US,
+    bounds,
+)
+
+LinkName = Literal["intra", "inter"]
+
+
+@dataclass(frozen=True)
+class OpFit:
+    """t(S) = alpha + beta * S fitted to one op's rows on one link class."""
+
+    op: str
+    link: LinkName
+    world_size: int = field(metadata=AT_LEAST_ONE)  # the ranks of the fitted rows
+    alpha_us: float = field(metadata=NONNEGATIVE)  # the fit pins a latency or an inverse bandwidth at 0
+    beta_us_per_byte: float = field(metadata=NONNEGATIVE)
+    # the link's GB/s (bytes) the op's bus traffic implies: busbw factor / beta
+    bandwidth_gb_s: float | None = field(metadata=POSITIVE)
+    r2: float = field(metadata=bounds(high=1))  # on log time, so that small and large sizes both count
+    points: int = field(metadata=bounds(2))  # a line needs two sizes
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """One link class as the ring's steps and bytes see it: per step latency and one-direction bandwidth."""
+
+    link: LinkName
+    alpha_us: float = field(metadata=NONNEGATIVE)
+    bandwidth_gb_s: float = field(metadata=POSITIVE)
+    source: str  # the fit it was derived from, e.g. "all_reduce on 2 ranks"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Fit on every other size, predict the sizes between: the model's error on sizes it has not seen."""
+
+    op: str
+    link: LinkName
+    median_error: float = field(metadata=NONNEGATIVE)  # relative: |predicted - measured| / measured
+    max_error: float = field(metadata=NONNEGATIVE)
+    points: int = field(metadata=AT_LEAST_ONE)  # the sizes predicted
+
+
+@dataclass
+class CostModel:
+    stat: Literal["p50", "mean", "min"]  # which time of each row was fitted
+    fits: list[OpFit] = field(default_factory=list)
+    links: list[LinkParams] = field(default_factory=list)
+    validation: list[Validation] = field(default_factory=list)
+    # the sizes fitted (bytes, both included); None: all of them
+    size_range: tuple[int, int] | None = field(default=None, metadata=MESSAGE_BYTES)
+
+    def __post_init__(self) -> None:
+        if self.size_range is not None and self.size_range[0] > self.size_range[1]:
+            raise ValueError(f"size_range {self.size_range[0]}..{self.size_range[1]} is empty")
+
+
+@dataclass(frozen=True)
+class CommOptions:
+    """The comm sweep as asked for (defaults: `clusterbench comm`'s own)."""
+
+    ops: tuple[str, ...] = ("all_reduce",)
+    bidirectional: bool = False  # pt2pt sends both ways at once
+    min_bytes: int = field(default=8, metadata=MESSAGE_BYTES)
+    # None: the device's default (64 MiB CPU; 1 GiB capped by free memory GPU)
+    max_bytes: int | None = field(default=None, metadata=MESSAGE_BYTES)
+    step_factor: float = field(default=2.0, metadata=bounds(1))
+    dtype: str = "float32"
+    reduce_op: str = "sum"
+    in_place: bool = False
+    root: int = field(default=0, metadata=NONNEGATIVE)
+    iters: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: auto
+    warmup: int = field(default=5, metadata=NONNEGATIVE)
+    time_budget_s: float = field(default=0.05, metadata=POSITIVE)
+    rank_time: str = "max"
+    timing: str | None = None  # stamps, loop or graph; None: loop on GPUs, stamps on CPUs
+    check: bool = True
+    rotate: bool = True  # buffers' offsets moved between calls, as nccl-tests does (comm/rotation.py)
+    unit: str = "Gbps"
+    scope: str = "global"  # global, intra, inter or all (docs/methodology.md §8)
+    pattern: str = "single"  # single (the sweep), ring, incast or pairwise
+    flag_below: float = field(default=0.8, metadata=NONNEGATIVE)  # pairwise: flag what is below this fraction of its class's median
+    nodes_only: bool = False  # pairwise: one rank per node
+    nccl_algos: tuple[str, ...] = ()  # sweep once per NCCL_ALGO (scope "algo") in place of the global sweep
+    algos: tuple[str, ...] = ("native",)  # --algo: the native op and/or send/recv algorithms, side by side
+
+
+
+@dataclass(frozen=True)
+class CommRow:
+    """One message size of one collective, as printed and as stored (docs/methodology.md §1)."""
+
+    op: str
+    size_bytes: int = field(metadata=MESSAGE_BYTES)
+    count: int = field(metadata=AT_LEAST_ONE)
+    dtype: str
+    world_size: int = field(metadata=AT_LEAST_ONE)
+    in_place: bool
+    duration_us: float = field(metadata=MICROSECONDS)  # the mean: the sweep divides the size by it
+    throughput_gbps: float = field(metadata=NONNEGATIVE)
+    busbw_gbps: float = field(metadata=NONNEGATIVE)
+    wrong: int = field(metadata=NONNEGATIVE)
+    iters: int = field(metadata=AT_LEAST_ONE)
+    p50_us: float = field(metadata=TICKS_US)
+    p99_us: float = field(metadata=TICKS_US)
+    min_us: float = field(metadata=TICKS_US)
+    max_us: float = field(metadata=TICKS_US)
+    cv: float = field(metadata=NONNEGATIVE)
+    reduce_op: str | None = None
+    root: int | None = field(default=None, metadata=NONNEGATIVE)
+    scope: str = "global"
+    team: str = "all"  # the ranks measured together: all, a node's name, or "rail k"
+    nodes: int = field(default=1, metadata=AT_LEAST_ONE)  # the nodes those ranks span
+    timing: str = "stamps"  # how it was timed: stamps (p50..cv over calls), loop or graph (over batches)
+    algo: str = "native"  # the backend's own op, or a send/recv algorithm of comm/algos.py (scope "algo")
+
+    @property
+    def description(self) -> str:
+        text = f"{self.count} x {self.dtype}"
+        if self.reduce_op:
+            text += f" {self.reduce_op}"
+        return text + (" in-place" if self.in_place else "")
+
+
+
+@dataclass(frozen=True, slots=True)  # slots: a fleet measuring every pair of 2,048 nodes holds 4.2 million
+class PairRow:
+    """--pattern pairwise: one direction of one pair, as its receiver measured it (docs/methodology.md §8)."""
+
+    src: int = field(metadata=NONNEGATIVE)
+    dst: int = field(metadata=NONNEGATIVE)
+    src_node: str
+    dst_node: str
+    size_bytes: int = field(metadata=MESSAGE_BYTES)
+    gbps: float = field(metadata=NONNEGATIVE)  # src -> dst, one message stream alone on the pair's links
+    latency_us: float = field(metadata=TICKS_US)  # half the round trip of a small message between the two
+    wrong: int = field(metadata=NONNEGATIVE)
+    round: int = field(default=0, metadata=NONNEGATIVE)
