@@ -32,9 +32,10 @@ from beds import netns_cluster
 from conftest import finish, start_nodes
 
 from clusterbench.results import codec
-from clusterbench.results.folder import load_run
+from clusterbench.stages.comm.records import PAIRS
 from clusterbench.stages.fleet import coverage
 from clusterbench.stages.fleet.records import NodeProbe
+from clusterbench.stages.registry import load_run
 
 
 def _peak_kib(pid: int) -> int:
@@ -60,7 +61,7 @@ def one(nodes: int) -> dict:
         run = json.loads((out / "run.json").read_text())
         fleet = run["fleet"]
         probes = [codec.load(NodeProbe, p) for p in fleet["probes"]]
-        pairs = load_run(out).pairs
+        pairs = PAIRS.of(load_run(out))
         csv_bytes = (out / "pairs.csv").stat().st_size
     return {
         "nodes": nodes, "exit": done[0].returncode, "wall_s": wall, "phases_s": fleet["seconds"],

@@ -57,7 +57,6 @@ from clusterbench.errors import RunFailed
 from clusterbench.nodechecks import bands
 from clusterbench.nodechecks.measures import Found
 from clusterbench.results import codec
-from clusterbench.results.folder import RunFolder, load_run, save_run
 from clusterbench.results.run import Env, Placement
 from clusterbench.stages.comm.pairwise import BW_ITERS, LATENCY_ITERS
 from clusterbench.stages.comm.records import PairRow
@@ -65,8 +64,9 @@ from clusterbench.stages.comm.schedule import round_rows
 from clusterbench.stages.fleet import coverage, local, retests, suspects
 from clusterbench.stages.fleet.links import LOOK_APART_S, RETEST_ITERS
 from clusterbench.stages.fleet.options import FleetOptions
-from clusterbench.stages.fleet.records import Fleet, Retest
-from clusterbench.stages.fleet.stage import FLEET, FleetJob
+from clusterbench.stages.fleet.records import FLEET, Fleet, Retest
+from clusterbench.stages.fleet.stage import FLEET_STAGE, FleetJob
+from clusterbench.stages.registry import load_run, run_folder
 
 NODE_FAULTS = ("slow_nic", "starved", "slow_gpu", "bad_rack")
 LINK_FAULTS = ("bad_link", "flaky_link")
@@ -225,7 +225,7 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
                  for r in range(n * gpus)]
         nodes = {name: list(range(i * gpus, (i + 1) * gpus)) for i, name in enumerate(truth.names)}
         with clock.on():
-            folder = RunFolder(path, "fleet", ["clusterbench", "fleet"])
+            folder = run_folder(path).begin("fleet", ["clusterbench", "fleet"])
             folder.record(env=env)
             fleet = Fleet(pair_bar=options.pair_bar, tolerance=options.tolerance,
                           racks=dict(zip(truth.names, truth.racks)) if args.topology else {})
@@ -271,12 +271,12 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
             run = load_run(path)
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    conclude_command(FLEET, run, FleetJob(options), path)
+                    conclude_command(FLEET_STAGE, run, FleetJob(options), path)
                 except RunFailed:
                     pass  # the fleet check fails where a node is excluded: the command's exit 1
-            save_run(path, run)
+            run_folder(path).save(run)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    verdict = {r.node: r.verdict for r in run.fleet.nodes}
+    verdict = {r.node: r.verdict for r in FLEET.of(run).nodes}
     excluded = {node for node, v in verdict.items() if v == "EXCLUDE"}
     measured_bad = [(a, b) for a, b in truth.bad_links if any({a, b} == set(p) for r in schedule for p in r)]
     return {
@@ -285,9 +285,9 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
         "faulty": len(truth.faulty), "suspects": sum(v == "SUSPECT" for v in verdict.values()),
         "false_names": sorted(excluded - truth.faulty)[:5], "missed_names": sorted(truth.faulty - excluded)[:5],
         "rows": len(rows), "rounds": len(schedule), "retest_rounds": planned[0], "second_rounds": planned[1],
-        "retests": len(run.fleet.retests), "bad_links": len(run.fleet.bad_links), "planted_bad": len(truth.bad_links),
-        "bad_measured": len(measured_bad), "flaky": len(run.fleet.flaky), "switches": run.fleet.bad_switches,
-        "coverage": codec.dump(run.fleet.coverage), "ranks": n * gpus,
+        "retests": len(FLEET.of(run).retests), "bad_links": len(FLEET.of(run).bad_links), "planted_bad": len(truth.bad_links),
+        "bad_measured": len(measured_bad), "flaky": len(FLEET.of(run).flaky), "switches": FLEET.of(run).bad_switches,
+        "coverage": codec.dump(FLEET.of(run).coverage), "ranks": n * gpus,
     }
 
 

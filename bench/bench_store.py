@@ -212,7 +212,7 @@ def child_publish(kind: str, source: str, store: str) -> dict[str, float]:
 
     outputs_store = sqlite(Path(store))
     if kind == "folder":
-        from clusterbench.results.folder import load_run  # the harness has the run in hand as it ends
+        from clusterbench.stages.registry import load_run  # the harness has the run in hand as it ends
 
         run = load_run(source)
         t0 = time.perf_counter()

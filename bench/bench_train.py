@@ -28,6 +28,7 @@ from clusterbench.results.folder import RunFolder
 from clusterbench.runtime import launch
 from clusterbench.runtime.devices import synchronize
 from clusterbench.runtime.dist import Worker, resolve
+from clusterbench.stages.registry import run_folder
 from clusterbench.stages.train import flops, models
 from clusterbench.stages.train.data import IGNORE, load_task
 from clusterbench.stages.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap
@@ -90,7 +91,7 @@ def bench_job(worker: Worker, out: Path, progress) -> None:
     for preset, case in CASES.items():
         cfg, rounds = case["loop"], case["rounds"]
         task = load_task(seq_len=case["seq_len"], packing=True, seed=0)
-        folder = RunFolder(out / preset, "bench", []) if worker.is_main else None
+        folder = run_folder(out / preset).begin("bench", []) if worker.is_main else None
         bare, ours, unclocked, tflops = [], [], [], []
         for _ in range(rounds):
             bare.append(bare_tgs(worker, preset, cfg, task))

@@ -28,13 +28,12 @@ from clusterbench.commands import run as run_command
 from clusterbench.hw.events import ACTIONS
 from clusterbench.results import codec
 from clusterbench.results.findings import Finding
-from clusterbench.results.folder import RunFolder, load_run
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.burnin import metrics as analysis
 from clusterbench.stages.burnin.records import Burnin, NodeCounters, Window, WrongWord
 from clusterbench.stages.burnin.series import Series
-from clusterbench.stages.registry import judge
+from clusterbench.stages.registry import judge, load_run, run_folder
 from clusterbench.telemetry.records import DeviceStage, Spread, Telemetry
 
 WINDOW = 0.5
@@ -43,7 +42,7 @@ WINDOW_COLUMNS = [f.name for f in fields(Window)]
 
 
 def _section(out: Path) -> Burnin:
-    return codec.load(Burnin, read_run(out)["extra"]["burnin"])
+    return codec.load(Burnin, read_run(out)["burnin"])
 
 
 def _csv_rows(out: Path) -> list[dict[str, str]]:
@@ -63,7 +62,7 @@ def _windows_so_far(out: Path) -> list[dict]:
 def _saved_windows(out: Path) -> list[dict]:
     """The windows run.json holds so far (saved once a second at most)."""
     try:
-        return read_run(out).get("extra", {}).get("burnin", {}).get("windows", [])
+        return (read_run(out).get("burnin") or {}).get("windows", [])
     except (OSError, ValueError):  # not written yet, or caught between its write and its rename
         return []
 
@@ -318,7 +317,7 @@ def test_a_device_outside_its_kinds_majority_or_its_own_first_result_is_critical
     b = Burnin(4.0, 0.5, windows=windows)
     assert list(analysis.outvoted(b)) == [2] and list(analysis.repeats_changed(b)) == [1]
     m = Metrics()
-    analysis.metrics(Run(status="complete", extra={"burnin": codec.dump(b)}), m)
+    analysis.metrics(Run(status="complete", sections={"burnin": b}), m)
     assert m.values["burnin.outvoted"] == 1 and m.values["burnin.repeat_changed"] == 1
     assert m.values["burnin.partial"] == 0 and m.values["burnin.drift"] == 0 and m.values["burnin.windows"] == 8
     found = analysis.conclude(b, None, cut_short=False).findings
@@ -330,7 +329,7 @@ def test_a_device_outside_its_kinds_majority_or_its_own_first_result_is_critical
 def test_a_soak_short_of_its_windows_is_partial_and_judged_on_what_it_measured() -> None:
     b = Burnin(6.0, 0.5, windows=[_window(r, i) for i in range(5) for r in (0, 1)])
     m = Metrics()
-    analysis.metrics(Run(status="failed", extra={"burnin": json.loads(json.dumps(codec.dump(b)))}), m)
+    analysis.metrics(Run(status="failed", sections={"burnin": codec.load(Burnin, json.loads(json.dumps(codec.dump(b))))}), m)
     assert m.values["burnin.partial"] == 1 and m.values["burnin.windows"] == 5
     assert m.values["burnin.wrong_words"] == 0 and m.values["burnin.matmul_tflops.min"] == 1.0
     assert analysis.conclude(b, None, cut_short=False).partial
@@ -340,8 +339,8 @@ def test_a_wrong_word_with_its_top_bit_set_round_trips_through_run_json(tmp_path
     """run.json holds no number of 2**63 or more: the words are kept as text."""
     word = WrongWord(0, "cpu", 1.5, 4096, WrongWord.text(-1), WrongWord.text(-2))
     assert (word.wrote, word.read) == ("0xffffffffffffffff", "0xfffffffffffffffe")
-    folder = RunFolder(tmp_path, "burnin", [])
-    folder.record_extra("burnin", Burnin(6.0, 0.5, wrong=[word]))
+    folder = run_folder(tmp_path).begin("burnin", [])
+    folder.record(burnin=Burnin(6.0, 0.5, wrong=[word]))
     assert analysis.section(load_run(tmp_path)).wrong == [word]
     with pytest.raises(ValueError, match="not a 64-bit word"):
         WrongWord(0, "cpu", 1.5, 4096, "18446744073709551615", "0x0000000000000000")
@@ -362,7 +361,7 @@ def test_a_long_soak_is_thinned_in_run_json_and_judged_alike() -> None:
     (d,) = analysis.drifts(b)
     assert d.figure == "matmul_tflops" and d.subject.startswith("rank 1") and d.start_s == 10.0
     m = Metrics()
-    analysis.metrics(Run(extra={"burnin": codec.dump(b)}), m)
+    analysis.metrics(Run(sections={"burnin": b}), m)
     assert m.values["burnin.windows"] == 40 and m.values["burnin.outvoted"] == 1
 
 
@@ -378,7 +377,7 @@ def test_the_nodes_counters_and_the_telemetry_over_a_soak_are_judged() -> None:
                                                                         "counters.nic_errors": 0.0}, [xid, drops], 4.0)])
     gpu = DeviceStage("burnin", "n", "cuda:0", "H100", 0, 40, ecc_uncorrected=Spread(0, 1, 2),
                       ecc_corrected=Spread(5, 5, 5))
-    run = Run(status="complete", extra={"burnin": codec.dump(b)}, telemetry=Telemetry(1.0, 0.0, devices=[gpu]))
+    run = Run(status="complete", sections={"burnin": b, "telemetry": Telemetry(1.0, 0.0, devices=[gpu])})
     verdicts = {v.check: v.status for v in judge(run)}
     assert (verdicts["burnin counters"], verdicts["burnin uncorrected ECC"], verdicts["burnin corrected ECC"]) == (
         "FAIL", "FAIL", "PASS")

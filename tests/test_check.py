@@ -14,9 +14,9 @@ import pytest
 from conftest import assert_one_line_error, run_cli, run_side_by_side
 from fake_nvml import four_h100
 
-from clusterbench.results.folder import save_run
 from clusterbench.results.run import Run
 from clusterbench.stages.fleet.records import Band, Fleet
+from clusterbench.stages.registry import run_folder
 
 OTHER_CLASS = "NVIDIA H100 80GB HBM3 x8"
 HEALTHY = r"clusterbench check: healthy: n1 \((cpu|\d+ x [^,]+), (\d) checks, \d+\.\d s\)"
@@ -33,7 +33,7 @@ def write_baseline(folder: Path, klass: str, bands: dict[str, float], spread: fl
     """A fleet run whose bands of `klass` have these medians (metric: median), as `clusterbench fleet` leaves one."""
     folder.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(bands=[Band(klass, metric, median, spread * median, nodes) for metric, median in bands.items()])
-    save_run(folder, Run(command="fleet", status="complete", fleet=fleet))
+    run_folder(folder).save(Run(command="fleet", status="complete", sections={"fleet": fleet}))
     return folder
 
 
@@ -44,8 +44,8 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
     other = write_baseline(tmp_path / "other", OTHER_CLASS, {"matmul_tflops": 700.0})
     thin = tmp_path / "thin"  # this class's bands stand on two nodes: they judge nobody
     thin.mkdir()
-    save_run(thin, Run(command="fleet", status="complete", fleet=Fleet(bands=[
-        Band(klass, "matmul_tflops", 1e9, 0.0, 2), Band(OTHER_CLASS, "matmul_tflops", 700.0, 0.0, 10)])))
+    run_folder(thin).save(Run(command="fleet", status="complete", sections={"fleet": Fleet(bands=[
+        Band(klass, "matmul_tflops", 1e9, 0.0, 2), Band(OTHER_CLASS, "matmul_tflops", 700.0, 0.0, 10)])}))
     store = tmp_path / "results.db"
     quick = ["--node", "n1", "--numerics-steps", "0", "--store", "off"]
     done = run_side_by_side({
@@ -94,7 +94,7 @@ def test_a_budget_too_small_for_the_set_up_ends_at_the_budget_and_drains_nobody(
 
 def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    save_run(tmp_path / "empty", Run(command="peak", status="complete"))
+    run_folder(tmp_path / "empty").save(Run(command="peak", status="complete"))
     cases = {
         "budget 0": ["check", "--budget", "0"],
         "budget absurd": ["check", "--budget", "1e9"],

@@ -15,7 +15,7 @@ import torch
 from clusterbench.errors import UsageError
 from clusterbench.stages.train.data import IGNORE, SHIPPED_NAME, load_task, load_tokenizer
 
-ASSETS = files("clusterbench.train") / "assets"
+ASSETS = files("clusterbench.stages.train") / "assets"
 PROMPT = "### Instruction:\nSay hi\n\n### Response:\n"
 
 

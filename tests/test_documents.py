@@ -24,7 +24,7 @@ from clusterbench.analyse import expected
 from clusterbench.cli import main
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents
-from clusterbench.results.folder import load_run
+from clusterbench.stages.registry import load_run
 from clusterbench.stages.train.references import shipped_dir
 from clusterbench.telemetry.records import csv_columns, read_samples
 

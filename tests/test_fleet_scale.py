@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 
 from clusterbench.errors import UsageError
 from clusterbench.inputs import topology
-from clusterbench.results.run import upgrade_v6
+from clusterbench.results.run import SCHEMA_VERSION, upgraded
 from clusterbench.stages.comm.records import PairRow
 from clusterbench.stages.comm.schedule import rounds
 from clusterbench.stages.fleet import coverage, racks, retests, suspects
 from clusterbench.stages.fleet.kept_median import KeptMedian
 from clusterbench.stages.fleet.records import Retest
+from clusterbench.stages.registry import sections
 
 
 @settings(max_examples=200, deadline=None)
@@ -202,8 +203,8 @@ def test_version_6_retests_learn_their_suspect_and_probes_drop_the_picture() -> 
     doc = {"schema_version": 6, "pairs": [{"src": 0}, {"src": 1}], "fleet": {
         "probes": [{"node": "a", "hardware": {"hostname": "a"}, "facts": {}}],
         "retests": [{"why": "suspect gpu-7 against healthy gpu-1"}, {"why": "slow in round 3"}]}}
-    up = upgrade_v6(doc)
-    assert up["schema_version"] == 7 and up["pair_rows"] == 2
+    up = upgraded(doc, 6, sections())
+    assert up["schema_version"] == SCHEMA_VERSION and up["pair_rows"] == 2
     assert [t.get("suspect") for t in up["fleet"]["retests"]] == ["gpu-7", None]
     assert "hardware" not in up["fleet"]["probes"][0]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 SCRIPT = textwrap.dedent("""
     import threading
-    from clusterbench import launch
+    from clusterbench.runtime import launch
     from clusterbench.runtime.dist import DistConfig
     from clusterbench.stages.train.data import load_task
     from clusterbench.runtime.forking import without_thread_pools
@@ -44,7 +44,7 @@ FORKSERVER_RUN = textwrap.dedent("""
     import threading
     import torch
     import torch.distributed as dist
-    from clusterbench import launch
+    from clusterbench.runtime import launch
     from clusterbench.runtime.dist import resolve
 
     def job(worker, payload, progress):

@@ -15,7 +15,7 @@ from clusterbench.results import codec
 from clusterbench.results.run import Env, Run
 from clusterbench.stages.comm import predict as pr
 from clusterbench.stages.comm.cost_model import fit_line, fit_run
-from clusterbench.stages.comm.records import CommRow
+from clusterbench.stages.comm.records import COST_MODEL, CommRow
 from clusterbench.stages.registry import expected_plots, page
 
 SIZES = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
@@ -117,7 +117,7 @@ def test_holdout_error_on_a_recorded_gloo_sweep() -> None:
     # A real sweep recorded with 200 calls per size (tests/data/gloo-sweep/PROVENANCE.md): the bar is the
     # model's. A live sweep on a shared 2-core VM puts 12-77 % of scheduler noise on it (§14), which the
     # next test holds to being said rather than to being small.
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     model = fit_run(load_run(Path(__file__).parent / "data" / "gloo-sweep"))
     assert {(v.op, v.link) for v in model.validation} == {("all_reduce", "intra"), ("all_gather", "intra")}
@@ -126,7 +126,7 @@ def test_holdout_error_on_a_recorded_gloo_sweep() -> None:
 
 
 def test_a_live_sweep_is_fitted_within_the_bar_or_said_not_to_be(gloo_run: Path) -> None:
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     model = fit_run(load_run(gloo_run))
     proc = run_cli("model", "fit", str(gloo_run))
@@ -184,10 +184,10 @@ def test_planning_question_on_a_two_node_run(tmp_path: Path) -> None:
 
 
 def test_report_section(gloo_run: Path) -> None:
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     run = load_run(gloo_run)
-    run.cost_model = fit_run(run)
+    COST_MODEL.set(run, fit_run(run))
     html = page(run)
     assert '<section id="model"' in html and "Target: 16 nodes like this one" in html
     assert html.count('<svg class="plot"') == expected_plots(run)

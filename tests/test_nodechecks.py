@@ -167,7 +167,7 @@ def test_every_finding_of_a_fleet_burn_in_reaches_a_verdict_its_counters_by_the_
     assert rows["n3"].verdict == "SUSPECT" and "clocks held down" in rows["n3"].reasons[0]
     assert [f.subject for f in fleet.job_findings] == ["all_reduce among 3 ranks", "rank 9 cuda:1 on n9"]
     m = Metrics()
-    conclusion.metrics(Run(fleet=fleet), m)
+    conclusion.metrics(Run(sections={"fleet": fleet}), m)
     assert m.values["fleet.job_critical"] == 2 and m.values["fleet.job_warnings"] == 0
     # A team that allows two flaps a soak keeps the node; the same rules judge `fleet`'s counters and its soak's.
     allowing = tmp_path / "rules.yaml"

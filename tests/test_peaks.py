@@ -57,6 +57,6 @@ def test_a_device_that_measured_nothing_leaves_the_minimum_unknown() -> None:
 
     matmul = [MatmulPeak(f"cuda:{i}", "bfloat16", 4096, t, 10, 1.0) for i, t in enumerate((float("nan"), 700.0))]
     copy = [CopyPeak(f"cuda:{i}", 1 << 30, g, 10, 1.0) for i, g in enumerate((2000.0, float("nan")))]
-    m = metrics_of(Run(command="peak", peaks=Peaks(matmul, copy)))
+    m = metrics_of(Run(command="peak", sections={"peaks": Peaks(matmul, copy)}))
     for name in ("peaks.matmul.bfloat16.tflops", "peaks.copy.gbps"):
         assert name not in m.values and "not a measurement" in m.absent[name]

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
-from report_fixtures import as_run, gpu_run_doc, write_run
+from report_fixtures import as_run, doc_of, gpu_run_doc, write_run
 
-from clusterbench.results import codec, documents
-from clusterbench.results.folder import load_run
-from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
+from clusterbench.results import documents
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION
+from clusterbench.stages.comm.records import COMM, COMM_OPTIONS, COST_MODEL
+from clusterbench.stages.hardware.records import HARDWARE
+from clusterbench.stages.registry import load_run
+from clusterbench.stages.train.records import TRAIN
 
 V1_RUN = Path(__file__).parent / "data" / "v1-run"  # `clusterbench run --quick` of clusterbench 0.1.0
 # `clusterbench comm --nproc 2 --ops all_reduce -b 1K -e 16K --telemetry-hz 0`, then `model fit --save`, with
@@ -28,10 +31,10 @@ def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path)
     run = tmp_path / "old"
     shutil.copytree(V1_RUN, run)
     old = load_run(run)
-    assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(old.comm) == 20
-    assert old.train is not None and old.train.config.preset == "tiny" and len(old.train.losses) == 12
-    assert (old.comm_options.min_bytes, old.comm_options.max_bytes, old.comm_options.step_factor) == (8, 2**20, 4.0)
-    assert old.comm_options.rotate is False  # its sweep held its buffers still
+    assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(COMM.of(old)) == 20
+    assert TRAIN.of(old) is not None and TRAIN.of(old).config.preset == "tiny" and len(TRAIN.of(old).losses) == 12
+    assert (COMM_OPTIONS.of(old).min_bytes, COMM_OPTIONS.of(old).max_bytes, COMM_OPTIONS.of(old).step_factor) == (8, 2**20, 4.0)
+    assert COMM_OPTIONS.of(old).rotate is False  # its sweep held its buffers still
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     html = (run / "report.html").read_text()
@@ -44,9 +47,9 @@ def test_a_version_3_model_section_reads_as_the_cost_model(tmp_path: Path) -> No
     run = tmp_path / "old"
     shutil.copytree(V3_RUN, run)
     old = load_run(run)
-    assert old.schema_version == SCHEMA_VERSION and old.cost_model is not None and old.extra == {}
-    assert old.cost_model.fits[0].op == "all_reduce" and old.cost_model.validation
-    assert old.comm_options.rotate is False
+    assert old.schema_version == SCHEMA_VERSION and COST_MODEL.of(old) is not None
+    assert COST_MODEL.of(old).fits[0].op == "all_reduce" and COST_MODEL.of(old).validation
+    assert COMM_OPTIONS.of(old).rotate is False
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     assert '<section id="model"' in (run / "report.html").read_text()
@@ -58,16 +61,16 @@ def test_version_1_gpus_get_their_pcie_fields_grouped() -> None:
             "pcie_downtrained": True, "pcie_under_load": True, "pcie_note": None}
     doc = {"schema_version": 1, "tool": "clusterbench", "hardware": {"hostname": "a", "gpus": [flat]},
            "comm_options": {"sizes": [8, 1024], "fit_device_memory": False, "unit": "GBps"}}
-    run = codec.load(Run, upgrade_v1(doc))
-    gpu = run.hardware.gpus[0]
+    run = as_run(doc)
+    gpu = HARDWARE.of(run).gpus[0]
     assert (gpu.pcie.gen_current, gpu.pcie.gen_max, gpu.pcie.downtrained, gpu.pcie.under_load) == (4, 5, True, True)
-    assert (run.comm_options.min_bytes, run.comm_options.max_bytes, run.comm_options.unit) == (8, 1024, "GBps")
+    assert (COMM_OPTIONS.of(run).min_bytes, COMM_OPTIONS.of(run).max_bytes, COMM_OPTIONS.of(run).unit) == (8, 1024, "GBps")
 
 
 def test_a_run_round_trips_through_json() -> None:
     run = as_run(gpu_run_doc({"hostname": "gpu-node-01", "gpus": []}))
-    text = documents.to_text(run)
-    assert codec.load(Run, json.loads(text)) == run
+    text = documents.text_of(doc_of(run))
+    assert as_run(json.loads(text)) == run
 
 
 @pytest.mark.parametrize("change, needle", [

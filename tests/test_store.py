@@ -179,7 +179,7 @@ def test_figures_go_to_a_pushgateway_and_a_bad_one_costs_one_line(comm_run: Path
 
     from clusterbench import publish
     from clusterbench.publish.recording import record_of
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     got: list[tuple[str, str]] = []
 

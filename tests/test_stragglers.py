@@ -16,11 +16,10 @@ from conftest import finish, read_run, start_nodes
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
 from clusterbench.results.documents import RUN, read
-from clusterbench.results.folder import load_run
-from clusterbench.stages.registry import expected_plots, render_report
+from clusterbench.stages.registry import expected_plots, load_run, render_report
 from clusterbench.stages.train import display, stragglers
 from clusterbench.stages.train.metrics import metrics
-from clusterbench.stages.train.records import RankPhases
+from clusterbench.stages.train.records import TRAIN, RankPhases
 
 ARGS = ["train", "--steps", "3", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "1",
         "--peak-tflops", "1"]
@@ -99,7 +98,7 @@ def test_a_run_json_without_phases_still_reads(throttled, tmp_path: Path) -> Non
     del doc["train"]["phases"]
     old.write_text(json.dumps(doc))
     run = read(old, RUN)
-    assert run.train.phases == []
+    assert TRAIN.of(run).phases == []
     m = Metrics()
     metrics(run, m)
     assert "train.straggler.compute_ratio" not in m.values

@@ -14,9 +14,8 @@ from conftest import assert_one_line_error, read_run, run_cli
 from fake_nvml import eight_h200, four_h100
 
 from clusterbench.results import codec
-from clusterbench.results.folder import load_run, save_run
 from clusterbench.results.run import Env, Run
-from clusterbench.stages.registry import expected_plots, judge, page, render_report
+from clusterbench.stages.registry import expected_plots, judge, load_run, page, render_report, run_folder
 from clusterbench.telemetry import metrics as analyse
 from clusterbench.telemetry.cpu import CpuProbe
 from clusterbench.telemetry.gpu import GpuProbe, reasons
@@ -296,7 +295,7 @@ def test_report_section_with_and_without_the_csv(tmp_path: Path) -> None:
     devices = [device_stage("NVIDIA H100 80GB HBM3", [s for s in samples if (s.stage, s.device) == key])
                for key in (("comm", "GPU0"), ("comm", "GPU1"), ("train", "GPU0"), ("train", "GPU1"))]
     run = _run(devices)
-    save_run(tmp_path, run)
+    run_folder(tmp_path).save(run)
     _write_csv(tmp_path / "telemetry.csv", samples)
     html = render_report(tmp_path).read_text()
     n = expected_plots(load_run(tmp_path))

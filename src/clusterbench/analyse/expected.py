@@ -23,7 +23,8 @@ from clusterbench.nccl import metrics as nccl
 from clusterbench.results import documents
 from clusterbench.results.run import Expected, Run
 from clusterbench.stages.comm.links import active_rdma
-from clusterbench.stages.hardware.records import Gpu
+from clusterbench.stages.hardware.records import HARDWARE, Gpu
+from clusterbench.stages.train.records import TRAIN
 from clusterbench.units import BITS_PER_BYTE
 
 TABLE_KIND = "clusterbench-expected"
@@ -182,7 +183,7 @@ def facts(run: Run) -> dict[str, Any]:
         found["ranks_per_node"] = next(iter(per_node.values())) if len(set(per_node.values())) == 1 else None
     elif run.env.hosts:  # a folder from before ranks were placed: its hosts, not how many ranks each ran
         found["nodes"], found["ranks_per_node"] = len(set(run.env.hosts)), None
-    gpus = run.hardware.gpus if run.hardware else []
+    gpus = HARDWARE.of(run).gpus if HARDWARE.of(run) else []
     if gpus:
         found["gpus"] = len(gpus)
         # A model the peak table does not know keeps its own name, and so matches no system.
@@ -192,14 +193,14 @@ def facts(run: Run) -> dict[str, Any]:
         found["nvlink"] = versions.pop() if len(versions) == 1 else None
         switched = {_switched(g) for g in gpus}
         found["nvswitch"] = False if False in switched else (None if None in switched else True)
-    labels = {p.label for p in active_rdma(run.hardware)}
+    labels = {p.label for p in active_rdma(HARDWARE.of(run))}
     if labels:
         found["nic"] = labels.pop() if len(labels) == 1 else None
     if run.env.backend == "nccl":
         nvls = nccl.values(run).get("nccl.nvls")
         found["nccl.nvls"] = None if nvls is None else int(nvls[0])
-    if run.train is not None:
-        c = run.train.config
+    if TRAIN.of(run) is not None:
+        c = TRAIN.of(run).config
         found |= {"train.preset": c.preset, "train.parallel": c.parallel, "train.dtype": c.dtype,
                   "train.seq_len": c.seq_len}
     return found

@@ -13,10 +13,9 @@ from clusterbench.nodechecks import bands
 from clusterbench.publish import add_store_argument
 from clusterbench.results import codec
 from clusterbench.results.documents import Baseline
-from clusterbench.results.folder import load_run
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.fleet.records import Band
-from clusterbench.stages.registry import metrics_of
+from clusterbench.stages.registry import load_run, metrics_of
 from clusterbench.store import where as store_where
 
 

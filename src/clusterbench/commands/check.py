@@ -40,6 +40,7 @@ from clusterbench.results.documents import utc_stamp
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.fleet import actions
 from clusterbench.stages.fleet.records import Band
+from clusterbench.stages.registry import load_run
 from clusterbench.store.record import Figure, RunRecord
 
 # Slurm kills a HealthCheckProgram after 60 s: a check that has not finished by 50 s still has
@@ -139,7 +140,7 @@ def prepare(args: argparse.Namespace) -> CheckOptions:
                 actions.check_scontrol(flag)
     node = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     # Every band, of any class: which class this node is, the checks find out.
-    bands = bands_of(args.baseline, "--baseline") if args.baseline else None
+    bands = bands_of(args.baseline, "--baseline", load_run) if args.baseline else None
     if bands is not None and all(b.nodes < JUDGES_FROM for b in bands):
         raise UsageError(f"--baseline {args.baseline}: its bands stand on {max(b.nodes for b in bands)} node(s) at "
                          f"most, and a band of fewer than {JUDGES_FROM} judges nobody (a fleet run of {JUDGES_FROM} "

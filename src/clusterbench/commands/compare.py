@@ -13,9 +13,8 @@ from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare,
 from clusterbench.analyse.rules import RuleResult, evaluate, load_rules
 from clusterbench.analyse.verdicts import conclusive, worst
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
-from clusterbench.results.folder import load_run
 from clusterbench.runtime.command import ToolCommand
-from clusterbench.stages.registry import metrics_of
+from clusterbench.stages.registry import load_run, metrics_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 from clusterbench import argtypes
 from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.results.documents import write_text
-from clusterbench.results.folder import load_run, save_run
 from clusterbench.results.run import Run
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.comm import predict as pr
 from clusterbench.stages.comm.cost_model import STATS, bent, fit_run, span
-from clusterbench.stages.comm.records import CostModel
+from clusterbench.stages.comm.records import COST_MODEL, CostModel
+from clusterbench.stages.registry import load_run, run_folder
 from clusterbench.units import duration, human_bytes
 
 PLANNING_SIZE = 1024**3  # the planning question's message: 1 GiB
@@ -52,7 +52,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    run = load_run(args.run_dir)
+    folder = run_folder(args.run_dir)
+    run = folder.load()
     sizes = _range(args.sizes) if args.sizes is not None else None  # "--sizes=" is a typo, not "all"
     if args.save and not args.overwrite:
         _keeps_stored_fit(run, args.stat, sizes, Path(args.run_dir))
@@ -61,15 +62,15 @@ def _fit(args: argparse.Namespace) -> int:
     for reason in bent(model):
         print(f"# not one line: {reason}")
     if args.save:
-        run.cost_model = model
-        print(f"# model: stored in {save_run(args.run_dir, run)}")
+        COST_MODEL.set(run, model)
+        print(f"# model: stored in {folder.save(run)}")
     return EXIT_OK
 
 
 def _keeps_stored_fit(run: Run, stat: str, sizes: tuple[int, int] | None, run_dir: Path) -> None:
     """--save replaces a stored fit only when it was made the same way (the same rows and statistic give
     the same figures), or when --overwrite asks: a fit of chosen sizes is not lost to a default one."""
-    stored = run.cost_model
+    stored = COST_MODEL.of(run)
     if stored is None:
         return
     was = (stored.stat, tuple(stored.size_range) if stored.size_range else None)
@@ -105,7 +106,7 @@ def cluster_of(args: argparse.Namespace) -> pr.Cluster:
     gpus = args.gpus_per_node
     if args.from_run:
         run = load_run(args.from_run)
-        links = pr.measured_links(run.cost_model if run.cost_model and run.cost_model.stat == args.stat
+        links = pr.measured_links(COST_MODEL.of(run) if COST_MODEL.of(run) and COST_MODEL.of(run).stat == args.stat
                                   else fit_run(run, args.stat))
         per_node: dict[str, int] = {}
         for placement in run.env.ranks:

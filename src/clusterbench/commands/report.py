@@ -10,9 +10,8 @@ import argparse
 
 from clusterbench.analyse.verdicts import conclusive, overall
 from clusterbench.errors import EXIT_OK
-from clusterbench.results.folder import load_run
 from clusterbench.runtime.command import ToolCommand
-from clusterbench.stages.registry import render_report, shown_verdicts
+from clusterbench.stages.registry import load_run, render_report, shown_verdicts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -132,7 +132,7 @@ class _Resolver:
         typed = typed_options(stage, self.args)
         options = replace(stage.options(), **{**stage.run_defaults(self.shape, self.opts.quick), **typed})
         try:
-            return stage.resolve(options, Context(self.shape, frozenset(typed), self.plan_of))
+            return stage.resolve(options, Context(self.shape, frozenset(typed), self.plan_of, registry.load_run))
         except NotRun as e:
             if e.reason:
                 self.notes.append(e.reason)

@@ -18,14 +18,14 @@ from clusterbench.errors import EXIT_OK, RunFailed, UsageError
 from clusterbench.results.run import Run
 from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
-from clusterbench.stages.registry import STAGES, metrics_of, render_report
+from clusterbench.stages.registry import STAGES, load_run, metrics_of, render_report
 from clusterbench.stages.stage import Context, NotRun, Stage
 
 
 def prepare(stage: Stage, args: argparse.Namespace, shape: JobShape) -> Any:
     given = argtypes.given(args, stage.options)
     try:
-        return stage.resolve(stage.options(**given), Context(shape, frozenset(given)))
+        return stage.resolve(stage.options(**given), Context(shape, frozenset(given), load_run=load_run))
     except NotRun as e:
         raise UsageError(e.reason or f"the {stage.name} stage has nothing to run here") from None
 

@@ -60,7 +60,7 @@ BATCH = 200
 
 def _import(store: Store, runs: list[Path]) -> int:
     from clusterbench.publish.recording import record_of  # every stage's metrics
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
     from clusterbench.store.fit import refusal
 
     recorded = present = 0

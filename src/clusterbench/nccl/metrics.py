@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections import Counter
 
 from clusterbench.nccl import sockets as nccl_sockets
-from clusterbench.nccl.records import NcclFacts, NcclPeer
+from clusterbench.nccl.records import NCCL, NcclFacts, NcclPeer
 from clusterbench.nccl.sockets import is_socket as _is_socket
 from clusterbench.results.run import Run
 from clusterbench.stages.comm.links import active_rdma
+from clusterbench.stages.hardware.records import HARDWARE
 from clusterbench.units import ranks_text
 
 HOSTS_SHOWN = 4  # hosts the picture's placement names; the rest are counted
@@ -28,14 +29,14 @@ HOSTS_SHOWN = 4  # hosts the picture's placement names; the rest are counted
 
 def values(run: Run) -> dict[str, tuple[float, str]]:
     """Each metric this run's NCCL facts give, with its note; absent where the log cannot say."""
-    facts = run.nccl
+    facts = NCCL.of(run)
     if facts is None:
         return {}
     found: dict[str, tuple[float, str]] = {}
     net = [p for p in facts.peers if p.transport == "NET"]
-    rdma = active_rdma(run.hardware)
+    rdma = active_rdma(HARDWARE.of(run))
     sockets = [p for p in net if _is_socket(p)]
-    if net and run.hardware is not None:  # without the host's ports, sockets may be all there is
+    if net and HARDWARE.of(run) is not None:  # without the host's ports, sockets may be all there is
         bad = bool(sockets and rdma)
         found["nccl.net.socket_with_rdma"] = (float(bad), (
             f"{len(sockets)} links between nodes over TCP sockets ({sockets[0].via}) while rank 0's host has "
@@ -50,7 +51,7 @@ def values(run: Run) -> dict[str, tuple[float, str]]:
         found["nccl.net.gdr"] = (float(not off), (
             f"{len(off)} of {len(rdma_links)} network links without GPUDirect RDMA ({off[0].via}): data is "
             "staged through host memory" if off else f"GPUDirect RDMA on all {len(rdma_links)} network links"))
-    nvlink = any(g.nvlink_active for g in (run.hardware.gpus if run.hardware else []))
+    nvlink = any(g.nvlink_active for g in (HARDWARE.of(run).gpus if HARDWARE.of(run) else []))
     if nvlink:
         shm = [p for p in facts.peers if p.transport == "SHM" and _same_host(facts, p)]
         found["nccl.p2p.shm_between_nvlink_gpus"] = (float(len(shm)), (

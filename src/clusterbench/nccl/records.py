@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clusterbench.results.codec import AT_LEAST_ONE, NONNEGATIVE
+from clusterbench.results.run import Section
 
 # Bounds here are what NCCL's log can say (its numbers are unsigned): a log is read as it is, so a
 # stricter bound would make a folder unreadable after a run that recorded a strange log.
@@ -125,3 +126,7 @@ class NcclFacts:
     algorithms: list[NcclAlgo] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)  # NCCL_* variables the log reports as set
     warnings: list[str] = field(default_factory=list)  # NCCL WARN lines: "source:line message"
+
+
+# Read from the ranks' NCCL logs once the job ends (runtime/harness.py), or by `diagnose`.
+NCCL = Section("nccl", NcclFacts | None)

@@ -13,7 +13,8 @@ import hashlib
 from clusterbench.inputs import hostlist
 from clusterbench.results.run import Run
 from clusterbench.stages.fleet.conclusion import node_class
-from clusterbench.stages.hardware.records import Hardware
+from clusterbench.stages.fleet.records import FLEET
+from clusterbench.stages.hardware.records import HARDWARE, Hardware
 from clusterbench.stages.registry import metrics_of
 from clusterbench.store.record import NODE_PREFIX, Figure, RunRecord
 
@@ -38,14 +39,14 @@ def uid_of(run: Run) -> str:
 def record_of(run: Run, folder: str | None) -> RunRecord:
     hosts = list(dict.fromkeys(run.env.hosts)) or [run.env.hostname]
     job = hostlist.compress(hosts) if len(hosts) > 1 else hosts[0]
-    klass = hardware_class(run.hardware)
+    klass = hardware_class(HARDWARE.of(run))
     figures = [Figure(job, "", name, value, klass) for name, value in sorted(metrics_of(run).values.items())]
     verdict = run.verdict if run.status == "complete" else "FAIL"
     # A node has a row of its own where its class is known: one node's run, or a fleet's rows.
     classes = {hosts[0]: klass} if len(hosts) == 1 else {}
     verdicts: dict[str, str] = {host: verdict for host in classes} if verdict else {}
-    if run.fleet is not None and run.fleet.nodes:
-        for row in run.fleet.nodes:
+    if FLEET.of(run) is not None and FLEET.of(run).nodes:
+        for row in FLEET.of(run).nodes:
             figures += [Figure(row.node, "", NODE_PREFIX + name, value, row.klass)
                         for name, value in sorted(row.metrics.items())]
             verdicts[row.node] = row.verdict

@@ -23,17 +23,7 @@ from typing import Any
 from clusterbench.errors import RunFailed, UsageError
 from clusterbench.inputs import documents as inputs
 from clusterbench.results import codec
-from clusterbench.results.run import (
-    RUN_KIND,
-    SCHEMA_VERSION,
-    Run,
-    upgrade_v1,
-    upgrade_v2,
-    upgrade_v3,
-    upgrade_v4,
-    upgrade_v5,
-    upgrade_v6,
-)
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run
 from clusterbench.stages.fleet.records import Band
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
@@ -133,10 +123,10 @@ class LossReference:
     schema_version: int = 1
 
 
+# Its record and upgrades are the core's and each section's (results/run.py), read by RunFolder.load.
 RUN = DocumentKind(RUN_KIND, "run.json", SCHEMA_VERSION, Run,
-           upgrades={1: upgrade_v1, 2: upgrade_v2, 3: upgrade_v3, 4: upgrade_v4, 5: upgrade_v5, 6: upgrade_v6},
-           legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
-           hint="run the command again with this clusterbench")
+                   legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
+                   hint="run the command again with this clusterbench")
 BASELINE = DocumentKind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")
 REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, LossReference,
                  # Written by 0.1 with "format" in place of "schema_version".
@@ -144,8 +134,8 @@ REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, Los
                  hint="make one with clusterbench train --save-reference")
 
 
-def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
-    """The document at `path` as `kind`'s record, upgraded to the current version."""
+def versioned(path: Path, kind: DocumentKind, label: str | None = None) -> tuple[dict[str, Any], int]:
+    """The document at `path` as JSON values, proved of `kind` and of a version this clusterbench reads."""
     label = label or str(path)
     doc = inputs.read_json(Path(path), label)
     if not isinstance(doc, dict):
@@ -158,7 +148,13 @@ def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
     if found is None:
         what = f"a {marked}, " if isinstance(marked, str) and marked.startswith("clusterbench-") else ""
         raise UsageError(f"{label}: {what}not a clusterbench {kind.label} ({kind.hint})")
-    version = inputs.version(found, label, kind.version, kind.label)
+    return doc, inputs.version(found, label, kind.version, kind.label)
+
+
+def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
+    """The document at `path` as `kind`'s record, upgraded to the current version."""
+    label = label or str(path)
+    doc, version = versioned(path, kind, label)
     try:
         while version < kind.version:
             if version not in kind.upgrades:
@@ -176,7 +172,11 @@ INDENTED_UP_TO = 1024**2
 
 
 def to_text(record: Any) -> str:
-    doc = codec.dump(record)
+    return text_of(codec.dump(record))
+
+
+def text_of(doc: Any) -> str:
+    """JSON values as a document's text: strict JSON, indented where it is small enough to read."""
     text = json.dumps(doc, allow_nan=False)
     return (json.dumps(doc, indent=1, allow_nan=False) if len(text) <= INDENTED_UP_TO else text) + "\n"
 

@@ -1,49 +1,40 @@
-"""run.json: every section as a typed record, the one layout every command writes and reads.
+"""run.json: the record of a run, its core (what ran, where, how it ended and what was judged) and its sections,
+each declared (a Section) beside the records of the stage or the part of the run-time that owns it, so the
+record of a run knows no stage: the one layout every command writes and reads.
 
-Version 7 (this one) against version 6: the pair rows live in pairs.csv alone, and run.json says how many
-it holds (`pair_rows`): a fleet of thousands of nodes rewrote millions of rows with every save; each
-fleet retest names the suspect it is a healthy partner's proof for (`suspect`), which version 6 said in
-its `why` alone; a fleet's node probes keep their facts, not their node's whole hardware picture; and a
-fleet's `coverage`, `racks` and `bad_switches`, which older folders lack. Version 6 against version 5:
-`comm_options.rotate`, whether each call's buffers moved to the next offset of memory (comm/rotation.py);
-the sweeps of older folders held theirs still and read as false. Version 5 against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16)
-and the ranks a failed job lost (`lost`), which older folders lack and read as empty. Version 4
-against version 3: the alpha-beta model's section is `cost_model` (version 3
-called it `model`, beside the fine-tuned model's own fields), and `extra` holds the sections of
-stages the schema does not name (docs/architecture.md). Version 3 against version 2: each
-`expected` figure is a record that says where it comes from (version 2 kept a bare number, given
-with --expect-busbw), and the new `expected_note`, `canary`, `telemetry` and each rank's CPUs and
-NUMA nodes, which older folders lack and read as empty. Version 2 against 1: a "kind" key, a GPU's
-PCIe fields grouped under "pcie", `expected` figures, a train section's `reference_note` and
-summary `stop_reason`, verdicts that may be SKIP (not judged), and strict JSON (a NaN loss is
-null). Older folders are read through `upgrade_v1` to `upgrade_v6`.
+A section is one key of run.json, as users know the file: `comm`, `train`, `fleet`. Its declaration says what
+type the codec reads it as, what a run without it holds, whether its rows also go to a CSV as they arrive (or
+to a CSV alone, run.json counting them), which other files of the run folder it writes, and how an older
+run.json's part of it is brought to this version.
+
+Version 8 (this one) against version 7: a section of a stage that earlier versions did not name stands under
+its own key, as every section does, where version 7 kept it under `extra`. Version 7 against version 6: the
+pair rows live in pairs.csv alone, and run.json says how many it holds (`pair_rows`); each fleet retest names
+the suspect it is a healthy partner's proof for (`suspect`); a fleet's node probes keep their facts, not their
+node's whole hardware picture; and a fleet's `coverage`, `racks` and `bad_switches`. Version 6 against version
+5: `comm_options.rotate`, whether each call's buffers moved (older sweeps held theirs still and read as false).
+Version 5 against version 4: a fleet's qualification (`fleet`, docs/methodology.md §16) and the ranks a failed
+job lost (`lost`). Version 4 against version 3: the alpha-beta model's section is `cost_model` (version 3 called
+it `model`). Version 3 against version 2: each `expected` figure is a record that says where it comes from
+(version 2 kept a bare number, given with --expect-busbw), and the new `expected_note`, `canary`, `telemetry`
+and each rank's CPUs and NUMA nodes. Version 2 against 1: a "kind" key, a GPU's PCIe fields grouped under
+"pcie", `expected` figures, a train section's `reference_note` and summary `stop_reason`, verdicts that may be
+SKIP (not judged), and strict JSON (a NaN loss is null). The core's part of each step is here; each section's,
+in its declaration's `upgrades`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Generic, Literal, TypeVar
 
 from clusterbench import __version__
-from clusterbench.inputs.documents import whole_number
-from clusterbench.nccl.records import NcclFacts
-from clusterbench.results.codec import (
-    AT_LEAST_ONE,
-    IN_CSV,
-    NONNEGATIVE,
-    POSITIVE,
-    SchemaError,
-)
-from clusterbench.stages.comm.records import CommOptions, CommRow, CostModel, PairRow
-from clusterbench.stages.fleet.records import Fleet
-from clusterbench.stages.hardware.records import Hardware
-from clusterbench.stages.peaks.records import Peaks
-from clusterbench.stages.train.records import StepRow, Train
-from clusterbench.telemetry.records import Telemetry
+from clusterbench.results import codec
+from clusterbench.results.codec import AT_LEAST_ONE, NONNEGATIVE, POSITIVE, SchemaError
 
 RUN_KIND = "clusterbench-run"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
@@ -112,9 +103,65 @@ class Lost:
     during: str | None = None  # where it last said it was
 
 
+T = TypeVar("T")
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Section(Generic[T]):
+    name: str  # its key in run.json
+    record: Any  # its type, as the codec reads and checks it: list[CommRow], Train | None
+    empty: Callable[[], T] = _nothing  # what a run without it holds
+    csv: bool = False  # its rows also in <name>.csv, each appended as it arrives
+    counted_as: str | None = None  # its rows in <name>.csv alone, run.json counting them under this key
+    files: tuple[str, ...] = ()  # other files of the run folder it writes (telemetry.csv)
+    upgrades: Mapping[int, Upgrade] = field(default_factory=dict)  # its part of each step from version v to v + 1
+
+    def of(self, run: Run) -> T:
+        """This section of `run`; a list or mapping it lacks is made empty there, so rows added to it stay."""
+        if self.name not in run.sections:
+            value = self.empty()
+            if value is None:
+                return value
+            run.sections[self.name] = value
+        return run.sections[self.name]
+
+    def set(self, run: Run, value: T) -> None:
+        run.sections[self.name] = value
+
+    def held(self, run: Run) -> bool:
+        """Whether `run` holds anything of this section's."""
+        return bool(run.sections.get(self.name))
+
+    @property
+    def in_csv(self) -> bool:
+        return self.csv or self.counted_as is not None
+
+    @property
+    def row(self) -> Any:
+        """The record type of one of its rows (a section kept in a CSV is a list of them)."""
+        return self.record.__args__[0]
+
+
+Sections = Mapping[str, Section[Any]]
+
+
+def table(sections: Iterable[Section[Any]]) -> dict[str, Section[Any]]:
+    """Sections by name; two of one name are a mistake of the code, found when it starts."""
+    found: dict[str, Section[Any]] = {}
+    for section in sections:
+        if found.setdefault(section.name, section) is not section:
+            raise ValueError(f"two sections of run.json are named {section.name!r}")
+    return found
+
+
 @dataclass
 class Run:
-    """A run folder's run.json."""
+    """A run folder's run.json: its core, and its sections by name (each typed by its declaration)."""
 
     schema_version: int = SCHEMA_VERSION
     kind: str = RUN_KIND
@@ -128,102 +175,88 @@ class Run:
     status: Status = "running"
     error: str | None = None
     env: Env = field(default_factory=lambda: Env(hostname=""))
-    hardware: Hardware | None = None
-    peaks: Peaks | None = None
-    comm_options: CommOptions | None = None
-    comm: list[CommRow] = field(default_factory=list)
-    pairs: list[PairRow] = field(default_factory=list, metadata=IN_CSV)  # pairs.csv's rows, read with the folder
-    pair_rows: int = field(default=0, metadata=NONNEGATIVE)  # how many rows pairs.csv held at the last save
-    cost_model: CostModel | None = None  # the alpha-beta model fitted to this run's comm rows (§14)
-    nccl: NcclFacts | None = None  # what NCCL's own log says it found and chose (docs/methodology.md §9)
-    telemetry: Telemetry | None = None  # device telemetry per stage; its samples: telemetry.csv (§10)
-    train: Train | None = None
-    train_steps: list[StepRow] = field(default_factory=list)
-    canary: Train | None = None  # the tiny float32 task on this hardware, judged against the CPU curve
-    fleet: Fleet | None = None  # every node a row, the nodes to take out (§16)
     lost: list[Lost] = field(default_factory=list)  # in a failed run: the ranks that went silent
     expected: dict[str, Expected] = field(default_factory=dict)  # figures rules judge against, by metric
     expected_note: str | None = None  # why the shipped table matched nothing, or what it could not compare
     verdicts: list[Verdict] = field(default_factory=list)
     verdict: Literal["PASS", "WARN", "FAIL"] | None = None
-    # Sections of stages the schema does not name, by section name, as plain JSON values: a stage
-    # module reads its own back with codec.load and its record type.
-    extra: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, Any] = field(default_factory=dict)  # by name: run.json holds each under its own key
 
 
-def upgrade_v4(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-4 run.json in version 5's layout: the same, without a fleet or lost ranks."""
-    return {**doc, "schema_version": 5}
+CORE = tuple(f.name for f in fields(Run) if f.name != "sections")
 
 
-def upgrade_v5(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-5 run.json in version 6's layout: its sweep timed every call on the same buffers."""
-    doc = {**doc, "schema_version": 6}
-    if isinstance(doc.get("comm_options"), dict):
-        doc["comm_options"] = {"rotate": False, **doc["comm_options"]}
+def to_doc(run: Run, sections: Sections) -> dict[str, Any]:
+    """run.json's JSON values: the core, then each section under its key; a section kept in its CSV alone is
+    counted there instead."""
+    doc = {name: codec.dump(getattr(run, name)) for name in CORE}
+    for name, value in run.sections.items():
+        section = sections.get(name)
+        if section is not None and section.counted_as is not None:
+            doc[section.counted_as] = len(value)
+        else:
+            doc[name] = codec.dump(value)
     return doc
 
 
-def upgrade_v6(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-6 run.json in version 7's layout: its pairs are in it (and read from it), and its fleet's retests
-    of a suspect against a healthy partner said so in their `why` alone."""
-    doc = {**doc, "schema_version": 7}
-    if isinstance(doc.get("pairs"), list):
-        doc["pair_rows"] = len(doc["pairs"])
-    fleet = doc.get("fleet")
-    if isinstance(fleet, dict) and isinstance(fleet.get("probes"), list):
-        doc["fleet"] = fleet = {**fleet, "probes": [{k: v for k, v in p.items() if k != "hardware"}
-                                                   if isinstance(p, dict) else p for p in fleet["probes"]]}
-    if isinstance(fleet, dict) and isinstance(fleet.get("retests"), list):
-        retests = []
-        for t in fleet["retests"]:
-            if isinstance(t, dict) and isinstance(t.get("why"), str) and (
-                    found := re.fullmatch(r"suspect (.+) against healthy .+", t["why"])):
-                t = {**t, "suspect": found.group(1)}
-            retests.append(t)
-        doc["fleet"] = {**fleet, "retests": retests}
+def from_doc(doc: dict[str, Any], sections: Sections) -> Run:
+    """A run.json of this version as a Run: every key the core's or a declared section's, each checked by the
+    codec; a key of neither is refused, naming it (a document of another version, or damaged)."""
+    counts = {section.counted_as: section for section in sections.values() if section.counted_as is not None}
+    unknown = [key for key in doc if key not in CORE and key not in sections and key not in counts]
+    if unknown:
+        raise SchemaError(min(unknown), "unknown field (from another version?)")
+    run = codec.load(Run, {key: value for key, value in doc.items() if key in CORE})
+    for key, value in doc.items():
+        if key in sections:
+            run.sections[key] = codec.load(sections[key].record, value, key)
+        elif key in counts:
+            run.sections.setdefault(counts[key].name, [])
+            codec.load(int, value, key)  # checked here; the rows are the CSV's (RunFolder.load)
+    return run
+
+
+def upgraded(doc: dict[str, Any], version: int, sections: Sections) -> dict[str, Any]:
+    """A run.json of `version` in this version's layout, step by step: the core's part of each step, then each
+    section's."""
+    while version < SCHEMA_VERSION:
+        doc = CORE_UPGRADES.get(version, _same)(doc)
+        for section in sections.values():
+            if version in section.upgrades:
+                doc = section.upgrades[version](doc)
+        version += 1
+        doc = {**doc, "schema_version": version}
     return doc
 
 
-def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 run.json in version 2's layout."""
-    doc = {**doc, "kind": RUN_KIND, "schema_version": 2}
-    hardware = doc.get("hardware")
-    if isinstance(hardware, dict) and isinstance(hardware.get("gpus"), list):
-        gpus = []
-        for gpu in hardware["gpus"]:
-            if isinstance(gpu, dict):
-                pcie = {k.removeprefix("pcie_"): v for k, v in gpu.items() if k.startswith("pcie_")}
-                gpu = {k: v for k, v in gpu.items() if not k.startswith("pcie_")} | {"pcie": pcie}
-            gpus.append(gpu)
-        doc["hardware"] = {**hardware, "gpus": gpus}
-    options = doc.get("comm_options")
-    if isinstance(options, dict):
-        # Version 1 kept the resolved sweep: its bounds and step, and pt2pt's direction in the op's name.
-        sizes, ops = options.get("sizes") or [8], options.get("ops") or []
-        if not isinstance(sizes, list) or not all(whole_number(s) and s > 0 for s in sizes):
-            raise SchemaError("comm_options.sizes", "expected a list of sizes in bytes (whole numbers from 1)")
-        if not isinstance(ops, list):
-            raise SchemaError("comm_options.ops", "expected a list of op names")
-        sizes, ops = sorted(sizes), [str(op) for op in ops]
-        kept = {k: v for k, v in options.items() if k not in ("sizes", "fit_device_memory")}
-        doc["comm_options"] = kept | {
-            "min_bytes": sizes[0], "max_bytes": sizes[-1],
-            "step_factor": sizes[1] / sizes[0] if len(sizes) > 1 else 2.0,
-            "ops": [op.replace("pt2pt_bidir", "pt2pt") for op in ops], "bidirectional": "pt2pt_bidir" in ops}
+def _same(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def upgrade_v2(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-2 run.json in version 3's layout: its expected figures came from --expect-busbw."""
+def _kind(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: the document says what it is."""
+    return {**doc, "kind": RUN_KIND}
+
+
+def _expected_given(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: its expected figures came from --expect-busbw."""
     expected = doc.get("expected")
     if isinstance(expected, dict):
         expected = {name: {"value": value, "origin": "given", "system": "this cluster",
                            "source": "--expect-busbw"} for name, value in expected.items()}
-    return {**doc, "schema_version": 3, "expected": expected if expected is not None else {}}
+    return {**doc, "expected": expected if expected is not None else {}}
 
 
-def upgrade_v3(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-3 run.json in version 4's layout: its `model` section is the cost model."""
-    upgraded = {key: value for key, value in doc.items() if key != "model"}
-    return upgraded | {"schema_version": 4, "cost_model": doc.get("model")}
+def _extra_hoisted(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 -> 8: the sections version 7 kept under `extra` stand under their own keys."""
+    extra = doc.get("extra")
+    if not isinstance(extra, dict):
+        return doc
+    rest = {key: value for key, value in doc.items() if key != "extra"}
+    clash = sorted(set(extra) & set(rest))
+    if clash:
+        raise SchemaError(f"extra.{clash[0]}", "also a key of its own")
+    return {**rest, **extra}
+
+
+CORE_UPGRADES = {1: _kind, 2: _expected_given, 7: _extra_hoisted}

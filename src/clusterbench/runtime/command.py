@@ -20,10 +20,11 @@ from typing import Any
 from clusterbench import argtypes, publish
 from clusterbench.errors import EXIT_OK
 from clusterbench.hw.network import check_interface
-from clusterbench.results.folder import RunFolder, announce, claim, default_run_dir
+from clusterbench.results.folder import RunFolder, default_run_dir
 from clusterbench.results.run import Run
 from clusterbench.runtime.launchers import MAX_WORLD_SIZE
 from clusterbench.shape import JobShape
+from clusterbench.stages.registry import run_folder
 from clusterbench.telemetry.sampler import DEFAULT_HZ, MAX_HZ
 
 # --timeout's range: under a second not even a rank's start fits, and far above a week torch's
@@ -139,8 +140,8 @@ class LocalCommand(_Named):
 
         outputs = publish.outputs_of(args)
         options = self.prepare(args)
-        out = claim(getattr(args, "out", None) or default_run_dir(self.name), getattr(args, "overwrite", False))
-        folder = RunFolder(out, self.name, sys.argv)
+        folder = run_folder(getattr(args, "out", None) or default_run_dir(self.name))
+        folder.claim(getattr(args, "overwrite", False)).begin(self.name, sys.argv)
         try:
             self.work(folder, options)
         except BaseException as e:
@@ -149,7 +150,7 @@ class LocalCommand(_Named):
         folder.finish("complete")
         say = sys.stderr if self.results_to_stderr(options) else sys.stdout
         publish.publish(record_of(folder.run, str(folder.path.absolute())), outputs, say)
-        announce(folder.path, say)
+        folder.announce(say)
         return EXIT_OK
 
 

@@ -23,18 +23,10 @@ import torch
 from clusterbench import argtypes, publish
 from clusterbench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunFailed, UsageError, one_line
 from clusterbench.hw.topology import describe
+from clusterbench.nccl.records import NCCL
 from clusterbench.publish.recording import record_of
 from clusterbench.results import documents
-from clusterbench.results.folder import (
-    FLIGHT_DUMPS,
-    NCCL_LOGS,
-    RunFolder,
-    announce,
-    claim,
-    default_run_dir,
-    load_run,
-    save_run,
-)
+from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS, RunFolder, default_run_dir
 from clusterbench.results.run import Lost, Run
 from clusterbench.runtime import launch, launchers
 from clusterbench.runtime.command import Launch, RankCommand
@@ -44,6 +36,7 @@ from clusterbench.runtime.launchers import Joined
 from clusterbench.runtime.rank import Progress, Rank
 from clusterbench.runtime.rendezvous import RESOLVE_S, check_address
 from clusterbench.shape import JobShape
+from clusterbench.stages.registry import run_folder
 from clusterbench.telemetry.recorder import start as recording
 from clusterbench.telemetry.sampler import DEFAULT_HZ
 
@@ -83,7 +76,7 @@ class _RankJob:
 
 def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
     env = environment(worker)  # a collective: every rank takes part
-    folder = RunFolder(job.run_dir, job.command, list(job.argv)) if worker.rank == 0 else None
+    folder = run_folder(job.run_dir).begin(job.command, list(job.argv)) if worker.rank == 0 else None
     if folder is not None:
         folder.record(env=env, hardware=describe())  # NVML and /sys only: starts no CUDA context
     recorder = None
@@ -151,8 +144,9 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     outputs = publish.outputs_of(args)
     options = cmd.prepare(args, setup.shape)
     owner = setup.joined is None or setup.joined.rank == 0  # writes the run folder and concludes
+    folder = run_folder(setup.run_dir)
     if owner:
-        claim(setup.run_dir, setup.overwrite)
+        folder.claim(setup.overwrite)
     job = _RankJob(cmd.name, cmd.work, options, setup.run_dir, tuple(sys.argv), setup.telemetry_hz)
     nccl_logs = setup.run_dir / NCCL_LOGS if setup.dist.backend == "nccl" else None
     work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs, setup.run_dir / FLIGHT_DUMPS,
@@ -168,7 +162,7 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
             return outcome.code  # rank 0 says it once
         _raise(outcome, setup.run_dir)
         return outcome.code
-    run = _finished_run(setup.run_dir, outcome)
+    run = _finished_run(folder, outcome)
     code, late = outcome.code, None
     if run is not None:
         try:
@@ -180,24 +174,25 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
                 run.status, run.error = "failed", one_line(e)
         finally:  # whatever the conclusion found is kept, even when it ends in an error
             try:
-                save_run(setup.run_dir, run)
+                folder.save(run)
             except RunFailed as e:
                 late = late or e
         publish.publish(record_of(run, str(setup.run_dir.absolute())), outputs)
     _raise(outcome, setup.run_dir)
     if late is not None:
         raise late
-    announce(setup.run_dir, sys.stdout)
+    folder.announce(sys.stdout)
     return code
 
 
-def _finished_run(run_dir: Path, outcome: launch.Outcome) -> Run | None:
+def _finished_run(folder: RunFolder, outcome: launch.Outcome) -> Run | None:
     """The run as rank 0 left it, read once, with the job's ending: the supervisor knows the
     root cause (a rank that died) better than rank 0, which may only have seen its peer vanish."""
-    if not (run_dir / "run.json").exists():
+    run_dir = folder.path
+    if not folder.json_path.exists():
         return None
     try:
-        run = load_run(run_dir)
+        run = folder.load()
     except UsageError:
         return None
     if outcome.code != EXIT_OK:
@@ -208,7 +203,7 @@ def _finished_run(run_dir: Path, outcome: launch.Outcome) -> Run | None:
     from clusterbench.nccl.jobs import read_folder
 
     try:
-        run.nccl = read_folder(run_dir / NCCL_LOGS, own=True)[0] or run.nccl
+        NCCL.set(run, read_folder(run_dir / NCCL_LOGS, own=True)[0] or NCCL.of(run))
     except UsageError:  # a log it cannot read, or unrelated jobs': `diagnose RUN_DIR` reads them again and says why
         pass
     return run

@@ -1,7 +1,8 @@
-"""The stages of `run`, in the order they run: a new stage is one module in stages/ and one line here.
+"""The stages of `run`, in the order they run: a new stage is one package in stages/ and one line here.
 
-Everything that walks the stages walks STAGES: `run` and the single-stage commands, the metrics
-of a run, and the sections of its report (docs/architecture.md).
+Everything that walks the stages walks STAGES: `run` and the single-stage commands, the sections of run.json
+every run folder is read and written with, the metrics of a run, and the sections of its report
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -11,30 +12,48 @@ from pathlib import Path
 from clusterbench.analyse import verdicts
 from clusterbench.analyse.metrics import Metrics, run_wide
 from clusterbench.analyse.rules import Rule
+from clusterbench.nccl.records import NCCL
 from clusterbench.report import html
 from clusterbench.report.blocks import Part
 from clusterbench.report.expected import expected_section
 from clusterbench.results.documents import write_text
-from clusterbench.results.folder import load_run
-from clusterbench.results.run import Run, Verdict
-from clusterbench.stages.burnin.stage import BURNIN
-from clusterbench.stages.canary.stage import CANARY
-from clusterbench.stages.comm.stage import COMM
-from clusterbench.stages.fleet.stage import FLEET
-from clusterbench.stages.hardware.stage import HARDWARE
-from clusterbench.stages.peaks.stage import PEAKS
+from clusterbench.results.folder import RunFolder
+from clusterbench.results.run import Run, Section, Verdict, table
+from clusterbench.stages.burnin.stage import BURNIN_STAGE
+from clusterbench.stages.canary.stage import CANARY_STAGE
+from clusterbench.stages.comm.stage import COMM_STAGE
+from clusterbench.stages.fleet.stage import FLEET_STAGE
+from clusterbench.stages.hardware.stage import HARDWARE_STAGE
+from clusterbench.stages.peaks.stage import PEAKS_STAGE
 from clusterbench.stages.stage import Stage
-from clusterbench.stages.train.stage import TRAIN
+from clusterbench.stages.train.stage import TRAIN_STAGE
+from clusterbench.telemetry.records import TELEMETRY
 
 STAGES: tuple[Stage, ...] = (
-    HARDWARE,
-    PEAKS,
-    FLEET,
-    COMM,
-    CANARY,
-    TRAIN,
-    BURNIN,
+    HARDWARE_STAGE,
+    PEAKS_STAGE,
+    FLEET_STAGE,
+    COMM_STAGE,
+    CANARY_STAGE,
+    TRAIN_STAGE,
+    BURNIN_STAGE,
 )
+
+def sections() -> dict[str, Section]:
+    """Every section of run.json: each stage's, then the run-time's (the telemetry of every rank command, NCCL's
+    log read after one)."""
+    return table([*(section for stage in STAGES for section in stage.sections), TELEMETRY, NCCL])
+
+
+def run_folder(path: str | Path) -> RunFolder:
+    """A run folder, read and written with every section this clusterbench knows."""
+    return RunFolder(path, sections())
+
+
+def load_run(path: str | Path) -> Run:
+    """The run of a folder (or of its run.json); UsageError in one line for one that is missing, half-written or
+    unreadable."""
+    return run_folder(path).load()
 
 
 def metrics_of(run: Run) -> Metrics:
@@ -61,7 +80,7 @@ def report_parts(run: Run, metrics: Metrics, run_dir: Path | None = None) -> lis
     parts = [Part("expected", "Expected", expected_section(run, metrics))] \
         if run.expected or run.expected_note else []
     parts += [part for stage in STAGES for part in stage.report(run, metrics)]
-    if run.telemetry:
+    if TELEMETRY.of(run):
         parts.append(Part("telemetry", "Telemetry", telemetry.telemetry_section(run, run_dir),
                           telemetry.plot_count(run)))
     return parts
@@ -87,7 +106,7 @@ def expected_plots(run: Run, run_dir: Path | None = None) -> int:
 def render_report(run_dir: str | Path, run: Run | None = None) -> Path:
     """Write <run_dir>/report.html from the run (read from <run_dir>/run.json unless given).
 
-    Raises UsageError (from load_run) for a missing, half-written or unreadable run folder.
+    Raises UsageError (from RunFolder.load) for a missing, half-written or unreadable run folder.
     """
     run = run if run is not None else load_run(run_dir)
     folder = Path(run_dir)

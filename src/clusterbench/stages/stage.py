@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.errors import UsageError
 from clusterbench.report.blocks import Part
-from clusterbench.results.run import Run
+from clusterbench.results.run import Run, Section
 from clusterbench.shape import JobShape
 
 if TYPE_CHECKING:  # runtime/rank.py imports torch, and commands that only read run folders read stages too
@@ -51,6 +53,10 @@ def _no_plan(name: str) -> Any:
     return None
 
 
+def _no_runs(path: Path) -> Run:
+    raise UsageError(f"{path}: no run folder can be read here")
+
+
 def as_given(options: Any, context: Context) -> Any:
     """The resolve() of a stage whose options need no resolving: its plan is its options."""
     return options
@@ -63,6 +69,7 @@ class Context:
     shape: JobShape
     typed: frozenset[str] = frozenset()  # this stage's options the user typed, not defaults laid under them
     plan_of: Callable[[str], Any] = _no_plan  # another stage's plan in this run; None: it does not run
+    load_run: Callable[[Path], Run] = _no_runs  # an earlier run's folder, read as the registry's sections read it
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class Stage(Generic[Options, Plan]):
     options: type[Options]  # a dataclass; its defaults are those of the stage's own command
     resolve: Callable[[Options, Context], Plan]  # raises UsageError for what cannot work, NotRun to leave itself out
     work: Callable[[Rank, Plan], None]  # every rank; rank 0 (rank.folder) records
-    fills: tuple[str, ...]  # its sections of run.json: fields of Run, or else keys of Run.extra
+    sections: tuple[Section[Any], ...]  # its sections of run.json, declared beside its records
     add_arguments: Callable[[argparse.ArgumentParser], None] = _nothing  # its options, as its own command parses them
     metrics: Callable[[Run, Metrics], None] = _nothing  # the figures it adds to a run's metrics
     report: Callable[[Run, Metrics], list[Part]] = _no_parts  # its sections of report.html
@@ -92,4 +99,4 @@ class Stage(Generic[Options, Plan]):
 
     def ran(self, run: Run) -> bool:
         """Whether run.json holds anything of this stage's."""
-        return any(getattr(run, name, None) or run.extra.get(name) for name in self.fills)
+        return any(section.held(run) for section in self.sections)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 
 from clusterbench.results.run import Run
-from clusterbench.telemetry.records import DeviceStage
+from clusterbench.telemetry.records import TELEMETRY, DeviceStage
 
 # Not sw_power_cap: a GPU running a GEMM or a training step at full load sits at its power limit by
 # design. A limit set lower than its peers' shows as a straggler's power and clock instead.
@@ -29,10 +29,10 @@ _SHOWN = 3
 
 def values(run: Run) -> dict[str, tuple[float, str]]:
     """Each metric this run's telemetry gives, with its note; absent where no device could tell."""
-    if run.telemetry is None:
+    if TELEMETRY.of(run) is None:
         return {}
     found: dict[str, tuple[float, str]] = {}
-    rows = run.telemetry.devices
+    rows = TELEMETRY.of(run).devices
     judged = [d for d in rows if d.throttle is not None]
     if judged:
         hits = [(d, _throttled(d)) for d in judged]

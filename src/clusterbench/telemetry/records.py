@@ -14,6 +14,7 @@ from pathlib import Path
 
 from clusterbench.results import table_csv
 from clusterbench.results.codec import NONNEGATIVE, POSITIVE, bounds
+from clusterbench.results.run import Section
 
 SHARE = bounds(0, 1)
 
@@ -119,3 +120,7 @@ def read_samples(path: Path) -> list[Sample]:
     """telemetry.csv as written by the run folder; ValueError naming the file (and the line) for one that
     is not (results/table_csv.py)."""
     return table_csv.read_rows(path, Sample)
+
+
+# Rank 0 records it while any rank command runs (telemetry/recorder.py); its samples are telemetry.csv's.
+TELEMETRY = Section("telemetry", Telemetry | None, files=(f"{TABLE}.csv",))

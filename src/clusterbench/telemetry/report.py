@@ -15,7 +15,16 @@ import matplotlib.pyplot as plt
 from clusterbench.report.blocks import details, esc, note, num, section, table
 from clusterbench.report.plots import PALETTE, drawable, finite, inline_svg, styled
 from clusterbench.results.run import Run
-from clusterbench.telemetry.records import TABLE, DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
+from clusterbench.telemetry.records import (
+    TABLE,
+    TELEMETRY,
+    DeviceStage,
+    Sample,
+    Spread,
+    StageWindow,
+    Telemetry,
+    read_samples,
+)
 
 PLOTS = (("clock_mhz", "clock (MHz)"), ("power_w", "power (W)"), ("temperature_c", "temperature (°C)"),
          ("util_pct", "utilisation (%)"))
@@ -32,12 +41,12 @@ Series = dict[str, list[tuple[float, float]]]  # device -> (t, value) points
 
 def plot_count(run: Run) -> int:
     """The section's plots: one per figure some device reported, whether or not telemetry.csv is there."""
-    t = run.telemetry
+    t = TELEMETRY.of(run)
     return 0 if t is None else sum(any(getattr(d, figure) for d in t.devices) for figure, _ in PLOTS)
 
 
 def telemetry_section(run: Run, run_dir: Path | None = None) -> str:
-    t = run.telemetry
+    t = TELEMETRY.of(run)
     if t is None:
         return ""
     samples, why = _samples(run_dir)

@@ -26,13 +26,12 @@ from dataclasses import dataclass, replace
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule
 from clusterbench.nodechecks import node_rules
-from clusterbench.results import codec
 from clusterbench.results.findings import Finding
 from clusterbench.results.run import Run
 from clusterbench.stages.burnin import drift
-from clusterbench.stages.burnin.records import TABLE, Burnin, Window, WrongWord
+from clusterbench.stages.burnin.records import BURNIN, TABLE, Burnin, Window, WrongWord
 from clusterbench.telemetry.metrics import PROBLEMS, THROTTLED_SHARE
-from clusterbench.telemetry.records import DeviceStage, Telemetry
+from clusterbench.telemetry.records import TELEMETRY, DeviceStage, Telemetry
 
 SHOWN = 3  # wrong words, ranks or windows named in one line
 SEVERITIES = ("critical", "warning", "info")  # the gravest first
@@ -83,7 +82,7 @@ class Drift:
 
 def section(run: Run) -> Burnin | None:
     """The run's burn-in, or None where it has none."""
-    return codec.load(Burnin, run.extra[TABLE], TABLE) if TABLE in run.extra else None
+    return BURNIN.of(run)
 
 
 def subject(w: Window) -> str:
@@ -294,7 +293,7 @@ def judged(run: Run) -> Burnin | None:
     b = section(run)
     if b is None or b.concluded:
         return b
-    return conclude(b, run.telemetry, run.status != "complete")
+    return conclude(b, TELEMETRY.of(run), run.status != "complete")
 
 
 def _put_spread(m: Metrics, name: str, values: list[float], unit: str, *which: str) -> None:
@@ -338,7 +337,7 @@ def metrics(run: Run, m: Metrics) -> None:
         misses = [f for f in b.findings if f.metric.startswith("counters.") and f.severity == severity]
         m.put(f"burnin.{level}", len(misses), "; ".join(f"{f.subject}: {f.what}" for f in misses[:SHOWN])
               or f"no node rule says {words} of {len(b.counters)} nodes' counters over the soak")
-    rows = soak_telemetry(run.telemetry)
+    rows = soak_telemetry(TELEMETRY.of(run))
     for which in ("uncorrected", "corrected"):
         if any(getattr(d, f"ecc_{which}") is not None for d in rows):
             grew = ecc_grew(rows, which)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from clusterbench.results.folder import RunFolder
 from clusterbench.stages.burnin.plan import BurninPlan
-from clusterbench.stages.burnin.records import TABLE, Burnin, NodeCounters, Window, WrongWord
+from clusterbench.stages.burnin.records import BURNIN, TABLE, Burnin, NodeCounters, Window, WrongWord
 from clusterbench.stages.burnin.series import MAX_POINTS, Series
 
 KEPT = 64  # the wrong words the section keeps, of all ranks
@@ -63,7 +63,7 @@ class Recorder:
 
     def _record(self, min_interval_s: float) -> None:
         self.section = replace(self.section, windows=self.series.windows(), counters=list(self.counters.values()))
-        self.folder.record_extra(TABLE, self.section, min_interval_s)
+        self.folder.record(min_interval_s, **{BURNIN.name: self.section})
 
 
 def clock(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""A burn-in as run.json keeps it (its section `burnin`, in Run.extra) and burnin.csv holds it: every device
+"""A burn-in as run.json keeps it (its section `burnin`) and burnin.csv holds it: every device
 under sustained load for a duration, a row per device and window of time in burnin.csv, and the findings that only
 time shows (docs/burnin.md). burnin.csv gets every window as it ends; run.json, every so often, each device's
 series thinned to at most burnin/series.MAX_POINTS points (neighbouring windows merged, so an 8-hour soak's section
@@ -13,6 +13,7 @@ from typing import Literal
 
 from clusterbench.results.codec import AT_LEAST_ONE, ELAPSED_S, NONNEGATIVE, bounds
 from clusterbench.results.findings import Finding
+from clusterbench.results.run import Section
 
 TABLE = "burnin"  # its windows, also in <run folder>/burnin.csv
 _WORD = re.compile(r"0x[0-9a-f]{16}")
@@ -89,3 +90,6 @@ class Burnin:
     counters: list[NodeCounters] = field(default_factory=list)  # each node's, as of its latest reading
     findings: list[Finding] = field(default_factory=list)  # filled once the ranks end
     concluded: bool = False  # the findings are the conclusion's (of the node rules the run was given)
+
+
+BURNIN = Section("burnin", Burnin | None, files=(f"{TABLE}.csv",))  # run.json thins each series; burnin.csv keeps every window

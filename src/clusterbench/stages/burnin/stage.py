@@ -13,7 +13,6 @@ from clusterbench import argtypes
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.nodechecks import node_rules
 from clusterbench.report.blocks import Part
-from clusterbench.results import codec
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.burnin import metrics as analysis
@@ -27,8 +26,9 @@ from clusterbench.stages.burnin.plan import (
     duration,
     plan_of,
 )
-from clusterbench.stages.burnin.records import TABLE
+from clusterbench.stages.burnin.records import BURNIN
 from clusterbench.stages.stage import Context, NotRun, Stage
+from clusterbench.telemetry.records import TELEMETRY
 
 if TYPE_CHECKING:
     from clusterbench.runtime.rank import Rank
@@ -84,8 +84,8 @@ def conclude(run: Run, plan: BurninPlan) -> None:
     found = analysis.section(run)
     if found is None:
         return
-    judged = analysis.conclude(found, run.telemetry, run.status != "complete", list(plan.rules))
-    run.extra[TABLE] = codec.dump(judged)
+    judged = analysis.conclude(found, TELEMETRY.of(run), run.status != "complete", list(plan.rules))
+    BURNIN.set(run, judged)
     by = analysis.series(judged.windows)
     devices = len(by)
     windows = min((analysis.measured(rows) for rows in by.values()), default=0)
@@ -110,8 +110,8 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
     return [Part("burnin", "Burn-in", burnin_section(found), plot_count(found))]
 
 
-BURNIN = Stage(
-    name="burnin", options=BurninOptions, resolve=resolve, work=work, fills=(TABLE,), add_arguments=add_arguments,
+BURNIN_STAGE = Stage(
+    name="burnin", options=BurninOptions, resolve=resolve, work=work, sections=(BURNIN,), add_arguments=add_arguments,
     metrics=analysis.metrics, report=report, conclude=conclude, run_defaults=run_defaults,
     command="every device under sustained load for a duration: drifts, memory errors, silent corruption",
     checks=CHECKS, writes_report=True, imports=("clusterbench.stages.burnin.soak",),

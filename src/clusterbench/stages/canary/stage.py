@@ -12,6 +12,7 @@ from clusterbench.errors import UsageError
 from clusterbench.report.blocks import Part
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.run import Run
+from clusterbench.stages.canary.records import CANARY
 from clusterbench.stages.stage import Context, NoOptions, NotRun, Stage
 from clusterbench.stages.train.metrics import canary_metrics
 from clusterbench.stages.train.records import Train
@@ -48,17 +49,17 @@ def work(rank: Rank, canary: TrainJob) -> None:
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
-    return task_parts(run.canary, "canary", "Canary", "Numerics canary", LEAD)
+    return task_parts(CANARY.of(run), "canary", "Canary", "Numerics canary", LEAD)
 
 
 def conclude(run: Run, canary: TrainJob) -> None:
     from clusterbench.stages.train.job import judge
 
     print("# numerics canary: the tiny float32 task on this hardware against the CPU curve", flush=True)
-    judge(run.canary, canary)
+    judge(CANARY.of(run), canary)
 
 
-CANARY = Stage(
-    name="canary", options=NoOptions, resolve=resolve, work=work, fills=("canary",), metrics=canary_metrics,
+CANARY_STAGE = Stage(
+    name="canary", options=NoOptions, resolve=resolve, work=work, sections=(CANARY,), metrics=canary_metrics,
     report=report, conclude=conclude, imports=RANK_IMPORTS,
 )

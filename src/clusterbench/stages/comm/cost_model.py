@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from clusterbench.collectives import COLLECTIVES
 from clusterbench.errors import UsageError
 from clusterbench.results.run import Run
-from clusterbench.stages.comm.records import CommRow, CostModel, LinkName, LinkParams, OpFit, Validation
+from clusterbench.stages.comm.records import COMM, CommRow, CostModel, LinkName, LinkParams, OpFit, Validation
 from clusterbench.units import human_bytes
 
 PREFERRED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")  # what the links are derived from
@@ -128,7 +128,7 @@ def groups(run: Run, size_range: tuple[int, int] | None = None) -> dict[tuple[st
     the nodes divide by them."""
     low, high = size_range or (0, math.inf)
     found: dict[tuple[str, LinkName, int], list[CommRow]] = {}
-    for i, row in enumerate(run.comm):
+    for i, row in enumerate(COMM.of(run)):
         if row.world_size < 1 or row.nodes < 1:
             raise UsageError(f"comm row {i} ({row.op}, {row.size_bytes} B) has {row.world_size} ranks on "
                              f"{row.nodes} nodes: not a measurement to fit")

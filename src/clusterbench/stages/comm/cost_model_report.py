@@ -12,7 +12,7 @@ from clusterbench.report.plots import PAIR_SIZE, PALETTE, drawable, inline_svg, 
 from clusterbench.results.run import Run
 from clusterbench.stages.comm import predict as pr
 from clusterbench.stages.comm.cost_model import bent, groups, row_time, span
-from clusterbench.stages.comm.records import CostModel
+from clusterbench.stages.comm.records import COST_MODEL, CostModel
 from clusterbench.units import duration, human_bytes
 
 TARGET_NODES = 16  # the report's what-if: this many nodes like the measured one
@@ -21,13 +21,13 @@ _PLANNING_SIZE = 1024**3
 
 def plot_count(run: Run) -> int:
     """One plot per fitted op, and the target cluster's prediction when an intra-node link was derived."""
-    if run.cost_model is None:
+    if COST_MODEL.of(run) is None:
         return 0
-    return len({f.op for f in run.cost_model.fits}) + any(p.link == "intra" for p in run.cost_model.links)
+    return len({f.op for f in COST_MODEL.of(run).fits}) + any(p.link == "intra" for p in COST_MODEL.of(run).links)
 
 
 def cost_model_section(run: Run) -> str:
-    model = run.cost_model
+    model = COST_MODEL.of(run)
     assert model is not None
     checks = {(v.op, v.link): v for v in model.validation}
     rows = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from clusterbench.collectives import COLLECTIVES
 from clusterbench.results.run import Run
 from clusterbench.stages.comm.records import CommRow
-from clusterbench.stages.hardware.records import Hardware, RdmaPort
+from clusterbench.stages.hardware.records import HARDWARE, Hardware, RdmaPort
 from clusterbench.units import BITS_PER_BYTE
 
 
@@ -22,11 +22,11 @@ def link_line(run: Run) -> tuple[float | None, str]:
     if run.env.device_type != "cuda":
         return None, ("the ranks ran on the CPU (gloo over shared memory and loopback): no link table applies, "
                       "so there is no theoretical line")
-    gpus = run.hardware.gpus if run.hardware else []
+    gpus = HARDWARE.of(run).gpus if HARDWARE.of(run) else []
     if not gpus:
         return None, "run.json has no hardware picture with GPUs, so there is no theoretical line"
     if len(set(run.env.hosts)) > 1:
-        ports = [p for p in active_rdma(run.hardware) if p.gbps]
+        ports = [p for p in active_rdma(HARDWARE.of(run)) if p.gbps]
         if not ports:
             return None, "ranks on several hosts and no active RDMA port known: no theoretical line"
         slowest = min(ports, key=lambda p: p.gbps)

@@ -6,26 +6,26 @@ from clusterbench.analyse.metrics import SIZE_CLASSES, Metrics, mean, size_class
 from clusterbench.results.run import Run
 from clusterbench.stages.comm import pairs, teams
 from clusterbench.stages.comm.links import link_line
-from clusterbench.stages.comm.records import CommRow
+from clusterbench.stages.comm.records import COMM, COMM_OPTIONS, PAIRS, CommRow
 from clusterbench.units import BITS_PER_BYTE
 
 
 def metrics(run: Run, m: Metrics) -> None:
     """comm.*: wrong elements, busbw per op and size class, against the link, per scope, per pair."""
-    if not run.comm and not run.pairs:
+    if not COMM.of(run) and not PAIRS.of(run):
         return
     wrongs = [(f"{r.op} {r.size_bytes} B" + ("" if r.scope == "global" else f" ({r.scope} {r.team})"), r.wrong)
-              for r in run.comm] + [(f"pair {p.src} -> {p.dst}", p.wrong) for p in run.pairs]
+              for r in COMM.of(run)] + [(f"pair {p.src} -> {p.dst}", p.wrong) for p in PAIRS.of(run)]
     bad = [(what, n) for what, n in wrongs if n]
     wrong = sum(n for _, n in bad)
     where = ", ".join(f"{what} ({n} wrong)" for what, n in bad[:5])
     more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
     m.put("comm.wrong", wrong, f"{wrong} wrong elements in {len(bad)} of {len(wrongs)} measurements: {where}{more}"
           if bad else f"every element of {len(wrongs)} measurements arrived correctly")
-    _scoped(run.comm, m)
+    _scoped(COMM.of(run), m)
     _pairwise(run, m)
     by_op: dict[str, list[CommRow]] = {}
-    for row in run.comm:
+    for row in COMM.of(run):
         if row.scope == "global":
             by_op.setdefault(row.op, []).append(row)
     line, line_text = link_line(run)
@@ -61,12 +61,12 @@ def _scoped(rows: list[CommRow], m: Metrics) -> None:
 
 
 def _pairwise(run: Run, m: Metrics) -> None:
-    if not run.pairs:
+    if not PAIRS.of(run):
         return
-    for k, median in pairs.medians(run.pairs).items():
+    for k, median in pairs.medians(PAIRS.of(run)).items():
         m.put(f"comm.pairwise.{k.replace(' ', '_')}.gbps", median)
-    limit = run.comm_options.flag_below if run.comm_options else 0.8
-    slow = [f for f in pairs.flags(run.pairs, limit) if f.what != "pair"]
+    limit = COMM_OPTIONS.of(run).flag_below if COMM_OPTIONS.of(run) else 0.8
+    slow = [f for f in pairs.flags(PAIRS.of(run), limit) if f.what != "pair"]
     m.put("comm.pairwise.flagged", len(slow), "; ".join(f.text() for f in slow[:3]) if slow else
           f"no node or rank below {limit:g}x its class's median")
 

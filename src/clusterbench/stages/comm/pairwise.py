@@ -21,7 +21,7 @@ from clusterbench.runtime.devices import synchronize
 from clusterbench.runtime.dist import Worker
 from clusterbench.runtime.rank import Rank
 from clusterbench.stages.comm import scopes, table
-from clusterbench.stages.comm.records import CommOptions, PairRow
+from clusterbench.stages.comm.records import PAIRS, CommOptions, PairRow
 from clusterbench.stages.comm.schedule import round_rows, rounds
 from clusterbench.stages.comm.values import Values, dtype_named
 
@@ -137,7 +137,7 @@ def run_pairwise(rank: Rank, opts: CommOptions) -> None:
              f"disjoint pairs, {size} B each way, backend {worker.backend}")
     measure_rounds(rank, players, opts, size, schedule)
     if rank.folder is not None:
-        rank.say(table.pair_summary(rank.folder.run.pairs, opts.unit, opts.flag_below))
+        rank.say(table.pair_summary(PAIRS.of(rank.folder.run), opts.unit, opts.flag_below))
 
 
 def measure_rounds(rank: Rank, players: list[int], opts: CommOptions, size: int, schedule: list[list[tuple[int, int]]],

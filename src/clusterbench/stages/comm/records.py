@@ -5,8 +5,9 @@ sweep (`cost_model`, docs/methodology.md §14)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from clusterbench.inputs.documents import whole_number
 from clusterbench.results.codec import (
     AT_LEAST_ONE,
     MESSAGE_BYTES,
@@ -14,8 +15,10 @@ from clusterbench.results.codec import (
     NONNEGATIVE,
     POSITIVE,
     TICKS_US,
+    SchemaError,
     bounds,
 )
+from clusterbench.results.run import Section
 
 LinkName = Literal["intra", "inter"]
 
@@ -151,3 +154,43 @@ class PairRow:
     latency_us: float = field(metadata=TICKS_US)  # half the round trip of a small message between the two
     wrong: int = field(metadata=NONNEGATIVE)
     round: int = field(default=0, metadata=NONNEGATIVE)
+
+
+def _sweep_resolved(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: version 1 kept the resolved sweep, its sizes and pt2pt's direction in the op's name."""
+    options = doc.get("comm_options")
+    if not isinstance(options, dict):
+        return doc
+    sizes, ops = options.get("sizes") or [8], options.get("ops") or []
+    if not isinstance(sizes, list) or not all(whole_number(s) and s > 0 for s in sizes):
+        raise SchemaError("comm_options.sizes", "expected a list of sizes in bytes (whole numbers from 1)")
+    if not isinstance(ops, list):
+        raise SchemaError("comm_options.ops", "expected a list of op names")
+    sizes, ops = sorted(sizes), [str(op) for op in ops]
+    kept = {k: v for k, v in options.items() if k not in ("sizes", "fit_device_memory")}
+    return {**doc, "comm_options": kept | {
+        "min_bytes": sizes[0], "max_bytes": sizes[-1], "step_factor": sizes[1] / sizes[0] if len(sizes) > 1 else 2.0,
+        "ops": [op.replace("pt2pt_bidir", "pt2pt") for op in ops], "bidirectional": "pt2pt_bidir" in ops}}
+
+
+def _model_renamed(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 -> 4: the section version 3 called `model` is the cost model."""
+    return {**{key: value for key, value in doc.items() if key != "model"}, "cost_model": doc.get("model")}
+
+
+def _held_still(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 -> 6: a sweep before version 6 timed every call on the same buffers."""
+    options = doc.get("comm_options")
+    return {**doc, "comm_options": {"rotate": False, **options}} if isinstance(options, dict) else doc
+
+
+def _pairs_counted(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 -> 7: run.json counts the pair rows (version 6 held them, and they are read from it)."""
+    return {**doc, "pair_rows": len(doc["pairs"])} if isinstance(doc.get("pairs"), list) else doc
+
+
+COMM_OPTIONS = Section("comm_options", CommOptions | None, upgrades={1: _sweep_resolved, 5: _held_still})
+COMM = Section("comm", list[CommRow], list, csv=True)
+# A fleet of thousands of nodes measures millions of pairs: pairs.csv holds them, run.json their count.
+PAIRS = Section("pairs", list[PairRow], list, counted_as="pair_rows", upgrades={6: _pairs_counted})
+COST_MODEL = Section("cost_model", CostModel | None, upgrades={3: _model_renamed})

@@ -29,7 +29,8 @@ from clusterbench.report.plots import (
 from clusterbench.results.run import Run
 from clusterbench.stages.comm import teams
 from clusterbench.stages.comm.links import link_line
-from clusterbench.stages.comm.records import CommOptions, CommRow
+from clusterbench.stages.comm.records import COMM, COMM_OPTIONS, CommOptions, CommRow
+from clusterbench.stages.hardware.records import HARDWARE
 from clusterbench.units import BANDWIDTH_UNITS, BITS_PER_BYTE, bandwidth, duration, human_bytes
 
 # link_line and limits write their figures in GB/s: restated in the page's unit when that is another one.
@@ -83,7 +84,7 @@ class View:
 def rows_by_op(run: Run) -> dict[str, list[CommRow]]:
     """The run's global-scope rows grouped by op in run order, sorted by size."""
     grouped: dict[str, list[CommRow]] = {}
-    for row in run.comm:
+    for row in COMM.of(run):
         if row.scope == "global":
             grouped.setdefault(row.op, []).append(row)
     return {op: sorted(rows, key=lambda r: r.size_bytes) for op, rows in grouped.items()}
@@ -92,13 +93,13 @@ def rows_by_op(run: Run) -> dict[str, list[CommRow]]:
 def scoped_rows(run: Run) -> dict[tuple[str, str], dict[str, list[CommRow]]]:
     """Rows of the intra, inter and algo scopes: per (scope, op), per team, sorted by size."""
     grouped: dict[tuple[str, str], dict[str, list[CommRow]]] = {}
-    for row in run.comm:
+    for row in COMM.of(run):
         if row.scope != "global":
             grouped.setdefault((row.scope, row.op), {}).setdefault(row.team, []).append(row)
     # --algo: the native op's own line in each algorithm plot, to be measured against.
     for (scope, op), by_team in grouped.items():
         if scope == "algo" and any(r.algo != "native" for rows in by_team.values() for r in rows):
-            native = [replace(r, team="native") for r in run.comm if r.scope == "global" and r.op == op]
+            native = [replace(r, team="native") for r in COMM.of(run) if r.scope == "global" and r.op == op]
             if native:
                 grouped[(scope, op)] = {"native": native, **by_team}
     return {key: {team: sorted(rows, key=lambda r: r.size_bytes) for team, rows in teams.items()}
@@ -128,14 +129,14 @@ def comm_section(run: Run, metrics: Metrics) -> str:
 
 
 def _page_view(run: Run, metrics: Metrics) -> View:
-    options = run.comm_options or CommOptions()
+    options = COMM_OPTIONS.of(run) or CommOptions()
     line_gbs, line_text = link_line(run)
     line = line_gbs * BITS_PER_BYTE * BANDWIDTH_UNITS[options.unit][1] if line_gbs else None
     view = View(options.unit, options.check, line, line_text)
     # The ranges of every row and the line: the scopes' panels share them with the ops'.
-    times = [t for r in run.comm for t in ((r.duration_us, r.p50_us, r.p99_us) if _stamped(r) else (r.duration_us,))]
-    scales = Scales(sizes=log_span(r.size_bytes for r in run.comm),
-                    busbw=log_span([view.busbw(r) for r in run.comm] + [line or 0.0]), latency=log_span(times))
+    times = [t for r in COMM.of(run) for t in ((r.duration_us, r.p50_us, r.p99_us) if _stamped(r) else (r.duration_us,))]
+    scales = Scales(sizes=log_span(r.size_bytes for r in COMM.of(run)),
+                    busbw=log_span([view.busbw(r) for r in COMM.of(run)] + [line or 0.0]), latency=log_span(times))
     return replace(view, scales=scales, expected=_expected_words(run, view, metrics.values))
 
 
@@ -168,7 +169,7 @@ def _line_notes(run: Run, view: View) -> str:
     if not view.line:
         return note(esc(sentence(view.line_text)))
     notes = note(esc(f"Theoretical line: {view.restated(view.line_text)}, one direction."))
-    if any(g.nvlink_version == 4 for g in run.hardware.gpus):
+    if any(g.nvlink_version == 4 for g in HARDWARE.of(run).gpus):
         notes += note(esc(f"NVLink 4: {view.restated(limits.NVLINK[4].note)}."))
     return notes
 

@@ -13,7 +13,7 @@ from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.comm import metrics, options, plan
 from clusterbench.stages.comm.cost_model import fit_cost_model
-from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.records import COMM, COMM_OPTIONS, COST_MODEL, PAIRS, CommOptions
 from clusterbench.stages.stage import Context, Stage
 
 if TYPE_CHECKING:
@@ -45,21 +45,21 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
     from clusterbench.stages.comm import report as sections
 
     parts = []
-    if run.comm:
+    if COMM.of(run):
         parts.append(Part("comm", "Communication", sections.comm_section(run, metrics), sections.plot_count(run)))
-    if run.cost_model:
+    if COST_MODEL.of(run):
         parts.append(Part("model", "Model", cost_model_report.cost_model_section(run), cost_model_report.plot_count(run)))
-    if run.pairs:
+    if PAIRS.of(run):
         parts.append(Part("pairs", "Pairwise links", pairs_report.pairs_section(run), plots=pairs_report.plot_count(run)))
     return parts
 
 
 def conclude(run: Run, sweep_plan: plan.CommPlan) -> None:
-    run.cost_model = fit_cost_model(run)
+    COST_MODEL.set(run, fit_cost_model(run))
 
 
-COMM = Stage(
-    name="comm", options=CommOptions, resolve=resolve, work=work, fills=("comm_options", "comm", "pairs"),
+COMM_STAGE = Stage(
+    name="comm", options=CommOptions, resolve=resolve, work=work, sections=(COMM_OPTIONS, COMM, PAIRS, COST_MODEL),
     add_arguments=options.add_arguments, metrics=metrics.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="collective-communication benchmark over torch.distributed",
     checks=("comm correctness", "NCCL network"),

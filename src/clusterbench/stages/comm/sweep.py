@@ -23,11 +23,12 @@ from clusterbench.stages.comm.links import network_line
 from clusterbench.stages.comm.ops import OPS, Ctx, Op
 from clusterbench.stages.comm.pairwise import run_pairwise
 from clusterbench.stages.comm.plan import CommPlan
-from clusterbench.stages.comm.records import CommOptions, CommRow
+from clusterbench.stages.comm.records import COMM, CommOptions, CommRow
 from clusterbench.stages.comm.scopes import Team
 from clusterbench.stages.comm.sizes import count_for
 from clusterbench.stages.comm.timing import RankReducer, time_op
 from clusterbench.stages.comm.values import Values, dtype_named
+from clusterbench.stages.hardware.records import HARDWARE
 
 
 def _ctx(op: Op, worker: Worker, opts: CommOptions, count: int, zeros: bool, team: Team) -> Ctx:
@@ -253,12 +254,12 @@ def _check_root(plan: CommPlan, phases: list[scopes.Phase]) -> None:
 
 def _scope_summary(rank: Rank, opts: CommOptions, scope: str, teams: int) -> None:
     """Rank 0, after a scope: its worst node or rail, and what the largest size asked of the network."""
-    rows = [r for r in rank.folder.run.comm if r.scope == scope]
+    rows = [r for r in COMM.of(rank.folder.run) if r.scope == scope]
     if teams > 1:
         rank.say(table.worst_team(scope, rows, opts.unit))
     for op in dict.fromkeys(r.op for r in rows):
         largest = max((r for r in rows if r.op == op), key=lambda r: (r.size_bytes, -r.busbw_gbps))
-        line = network_line(largest, rank.folder.run.hardware)
+        line = network_line(largest, HARDWARE.of(rank.folder.run))
         if line:
             rank.say(line)
 

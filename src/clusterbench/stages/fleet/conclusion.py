@@ -19,9 +19,9 @@ from clusterbench.inputs import hostlist
 from clusterbench.nodechecks import bands, node_rules
 from clusterbench.results.findings import Finding
 from clusterbench.results.run import Run
-from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.comm.records import PAIRS, PairRow
 from clusterbench.stages.fleet import agreement, racks, retests
-from clusterbench.stages.fleet.records import Band, Exclusion, Fleet, NodeRow
+from clusterbench.stages.fleet.records import FLEET, Band, Exclusion, Fleet, NodeRow
 
 
 def node_class(device: str, gpus: int, cores: int | None) -> str:
@@ -62,14 +62,14 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
     doubts: dict[str, list[str]] = {n: [] for n in nodes}  # not proven either way: a suspect
     cleared: dict[str, list[str]] = {n: [] for n in nodes}  # out once, within on the second look: said, not held
 
-    links = retests.judge(run.pairs, fleet.retests, nodes, fleet.pair_bar)
+    links = retests.judge(PAIRS.of(run), fleet.retests, nodes, fleet.pair_bar)
     for node, why in links.condemned.items():
         reasons[node] += why
     for node, why in links.suspects.items():
         doubts[node].append(why)
     fleet.flaky, fleet.bad_links = links.flaky, links.bad_links
     fleet.bad_switches = []
-    for switch, (text, slow) in racks.shared(run.pairs, fleet.racks, links).items():
+    for switch, (text, slow) in racks.shared(PAIRS.of(run), fleet.racks, links).items():
         fleet.bad_switches.append(text)
         for node in slow:
             (reasons if node in links.condemned else doubts)[node].insert(0, f"behind {switch}, a fault its nodes "
@@ -117,7 +117,7 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
     for node, why in unsettled.items():
         doubts[node].append(why)
     if fleet.whole is not None and fleet.isolated:
-        median = statistics.median(r.gbps for r in run.pairs) if run.pairs else 0.0
+        median = statistics.median(r.gbps for r in PAIRS.of(run)) if PAIRS.of(run) else 0.0
         text = (f"the all_reduce across all {len(fleet.whole.nodes)} nodes runs at {fleet.whole.busbw_gbps:.3g} Gbps "
                 f"busbw, {fleet.whole.busbw_gbps / median if median else 0:.2f}x the median pair, and the search "
                 f"narrowed it to {', '.join(fleet.isolated)}")
@@ -133,7 +133,7 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
         reasons.setdefault(lost.node, []).append(f"did not finish {lost.during or 'its work'}: rank {lost.rank} "
                                                  "went silent (died, hung or cut off)")
 
-    per_node = link_figures(run.pairs)
+    per_node = link_figures(PAIRS.of(run))
     fleet.nodes = []
     for node in nodes:
         klass, figures = probes.get(node, ("?", {}))
@@ -148,7 +148,7 @@ def conclude(run: Run, fleet: Fleet, baseline: list[Band] | None = None,
 def metrics(run: Run, m: Metrics) -> None:
     """fleet.excluded, fleet.suspects, fleet.flaky_links, fleet.odd_facts, fleet.job_critical, fleet.job_warnings:
     counts, with the names as notes."""
-    fleet = run.fleet
+    fleet = FLEET.of(run)
     if fleet is None or not fleet.nodes:
         return
     suspects = [r.node for r in fleet.nodes if r.verdict == "SUSPECT"]

@@ -9,11 +9,13 @@ judged on what it measured.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from clusterbench.results.codec import NONNEGATIVE, TICKS_US, bounds
 from clusterbench.results.findings import Finding
+from clusterbench.results.run import Section
 
 NodeVerdict = Literal["PASS", "SUSPECT", "EXCLUDE"]
 
@@ -197,3 +199,26 @@ class Fleet:
     # What a --burnin soak found of the job and of no one node (the all_reduce among all ranks falling over the
     # soak), or of a node the job does not name: judged here, never dropped.
     job_findings: list[Finding] = field(default_factory=list)
+
+
+def _probes_and_retests(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 -> 7: a node probe keeps its facts, not its node's whole hardware picture; a retest of a suspect
+    against a healthy partner names the suspect, which version 6 said in its `why` alone."""
+    fleet = doc.get("fleet")
+    if not isinstance(fleet, dict):
+        return doc
+    if isinstance(fleet.get("probes"), list):
+        fleet = {**fleet, "probes": [{k: v for k, v in p.items() if k != "hardware"} if isinstance(p, dict) else p
+                                     for p in fleet["probes"]]}
+    if isinstance(fleet.get("retests"), list):
+        retests = []
+        for t in fleet["retests"]:
+            if isinstance(t, dict) and isinstance(t.get("why"), str) and (
+                    found := re.fullmatch(r"suspect (.+) against healthy .+", t["why"])):
+                t = {**t, "suspect": found.group(1)}
+            retests.append(t)
+        fleet = {**fleet, "retests": retests}
+    return {**doc, "fleet": fleet}
+
+
+FLEET = Section("fleet", Fleet | None, upgrades={6: _probes_and_retests})

@@ -18,19 +18,19 @@ from clusterbench.inputs import topology
 from clusterbench.inputs.topology import Topology
 from clusterbench.nodechecks import node_rules
 from clusterbench.report.blocks import Part
-from clusterbench.results import codec
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.burnin import metrics as burnin_analysis
 from clusterbench.stages.burnin import plan as burnin_plan
 from clusterbench.stages.burnin import stage as burnin_stage
 from clusterbench.stages.burnin.plan import BurninPlan
-from clusterbench.stages.burnin.records import TABLE
+from clusterbench.stages.burnin.records import BURNIN
 from clusterbench.stages.fleet import actions, conclusion, coverage
 from clusterbench.stages.fleet.options import ONE_NODE, FleetOptions
-from clusterbench.stages.fleet.records import Band
+from clusterbench.stages.fleet.records import FLEET, Band
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.stages.train.stage import MODEL_IMPORTS
+from clusterbench.telemetry.records import TELEMETRY
 
 if TYPE_CHECKING:
     from clusterbench.runtime.rank import Rank
@@ -100,7 +100,7 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
     if opts.pairs == "all" and opts.partners is not None:
         raise UsageError("--partners sets how many partners sampled pairs give each node: drop it, or use "
                          "--pairs sampled")
-    bands = _baseline(opts.baseline, context.shape) if opts.baseline else []
+    bands = _baseline(opts.baseline, context) if opts.baseline else []
     found = topology.read(opts.topology) if opts.topology is not None else None
     if context.shape.local_ranks == context.shape.world_size:  # every rank spawned here: one node
         if opts.one_node_ok:
@@ -112,11 +112,11 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
     return FleetJob(opts, bands, found, node_rules.load(opts.node_rules), soak)
 
 
-def _baseline(path: Path, shape: JobShape) -> list[Band]:
+def _baseline(path: Path, context: Context) -> list[Band]:
     """The bands of an earlier fleet run or a baseline from the store, refused unless they are of this
     node's hardware class."""
-    found = bands_of(path, "--baseline")
-    mine = this_class(shape)
+    found = bands_of(path, "--baseline", context.load_run)
+    mine = this_class(context.shape)
     theirs = sorted({b.klass for b in found})
     if mine not in theirs:
         raise UsageError(f"--baseline {path}: its bands are of {', '.join(theirs)}, and this node is {mine}: "
@@ -145,21 +145,21 @@ def work(rank: Rank, job: FleetJob) -> None:
 def report(run: Run, metrics: Metrics) -> list[Part]:
     from clusterbench.stages.fleet.report import fleet_section  # only where a report is rendered
 
-    if run.fleet is None or not run.fleet.nodes:
+    if FLEET.of(run) is None or not FLEET.of(run).nodes:
         return []
-    return [Part("nodes", "Nodes", fleet_section(run.fleet)), *burnin_stage.report(run, metrics)]
+    return [Part("nodes", "Nodes", fleet_section(FLEET.of(run))), *burnin_stage.report(run, metrics)]
 
 
 def conclude(run: Run, job: FleetJob) -> None:
-    if run.fleet is None:
+    if FLEET.of(run) is None:
         return
     from clusterbench.stages.fleet.report import SHOWN_ALL  # the report folds the passing rows past as many
 
     soaked = burnin_analysis.section(run)
     if soaked is not None:
-        soaked = burnin_analysis.conclude(soaked, run.telemetry, run.status != "complete", job.counter_rules)
-        run.extra[TABLE] = codec.dump(soaked)
-    fleet = conclusion.conclude(run, run.fleet, job.bands, job.counter_rules,
+        soaked = burnin_analysis.conclude(soaked, TELEMETRY.of(run), run.status != "complete", job.counter_rules)
+        BURNIN.set(run, soaked)
+    fleet = conclusion.conclude(run, FLEET.of(run), job.bands, job.counter_rules,
                                 soaked.findings if soaked is not None else [])
     print(f"\n== fleet: {len(fleet.nodes)} nodes", flush=True)
     if fleet.coverage is not None:
@@ -196,8 +196,8 @@ def conclude(run: Run, job: FleetJob) -> None:
             print(f"  {line}", flush=True)
 
 
-FLEET = Stage(
-    name="fleet", options=FleetOptions, resolve=resolve, work=work, fills=("fleet",),
+FLEET_STAGE = Stage(
+    name="fleet", options=FleetOptions, resolve=resolve, work=work, sections=(FLEET,),
     add_arguments=add_arguments, metrics=conclusion.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
     checks=("fleet", "fleet job-wide", "fleet job-wide warnings"), writes_report=True, imports=("clusterbench.stages.fleet.qualify", *MODEL_IMPORTS),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.results.run import Run
+from clusterbench.stages.hardware.records import HARDWARE
 
 
 def metrics(run: Run, m: Metrics) -> None:
@@ -13,7 +14,7 @@ def metrics(run: Run, m: Metrics) -> None:
 
 
 def _pcie(run: Run, m: Metrics) -> None:
-    gpus = run.hardware.gpus if run.hardware else []
+    gpus = HARDWARE.of(run).gpus if HARDWARE.of(run) else []
     if not gpus:
         m.absent["hardware.pcie.downtrained"] = "no GPU"
     elif not all(g.pcie.under_load for g in gpus):

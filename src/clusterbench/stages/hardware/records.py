@@ -7,8 +7,10 @@ second in one direction, TFLOP/s = 1e12 FLOP per second (docs/methodology.md §2
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from clusterbench.results.codec import AT_LEAST_ONE, NONNEGATIVE
+from clusterbench.results.run import Section
 
 
 @dataclass(frozen=True)
@@ -109,3 +111,19 @@ class Hardware:
     rdma: list[RdmaPort] = field(default_factory=list)
 
 
+def _pcie_grouped(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: a GPU's PCIe fields grouped under "pcie"."""
+    hardware = doc.get("hardware")
+    if not isinstance(hardware, dict) or not isinstance(hardware.get("gpus"), list):
+        return doc
+    gpus = []
+    for gpu in hardware["gpus"]:
+        if isinstance(gpu, dict):
+            pcie = {k.removeprefix("pcie_"): v for k, v in gpu.items() if k.startswith("pcie_")}
+            gpu = {k: v for k, v in gpu.items() if not k.startswith("pcie_")} | {"pcie": pcie}
+        gpus.append(gpu)
+    return {**doc, "hardware": {**hardware, "gpus": gpus}}
+
+
+# Taken as every rank command begins (runtime/harness.py), and the hardware stage adds its links under load.
+HARDWARE = Section("hardware", Hardware | None, upgrades={1: _pcie_grouped})

@@ -14,6 +14,7 @@ from clusterbench.report.placement import placement_section
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.hardware import metrics as hardware
+from clusterbench.stages.hardware.records import HARDWARE
 from clusterbench.stages.hardware.report import hardware_section
 from clusterbench.stages.stage import Stage, as_given
 
@@ -56,7 +57,7 @@ def work(rank: Rank, opts: HardwareOptions) -> None:
     dist.all_gather_object(everyone, mine)
     if rank.folder is None:
         return
-    info = rank.folder.run.hardware
+    info = HARDWARE.of(rank.folder.run)
     loaded = {uuid: link for host, uuid, link in filter(None, everyone) if host == info.hostname and link}
     info = with_pcie_readings(info, loaded)
     rank.folder.record(hardware=info)
@@ -64,13 +65,13 @@ def work(rank: Rank, opts: HardwareOptions) -> None:
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
-    parts = [Part("hardware", "Hardware", hardware_section(run.hardware))] if run.hardware else []
+    parts = [Part("hardware", "Hardware", hardware_section(HARDWARE.of(run)))] if HARDWARE.of(run) else []
     if any(p.cpus for p in run.env.ranks):
         parts.append(Part("placement", "Placement", placement_section(run, metrics)))
     return parts
 
 
-HARDWARE = Stage(
-    name="hardware", options=HardwareOptions, resolve=as_given, work=work, fills=("hardware",),
+HARDWARE_STAGE = Stage(
+    name="hardware", options=HardwareOptions, resolve=as_given, work=work, sections=(HARDWARE,),
     add_arguments=add_arguments, metrics=hardware.metrics, report=report, run_defaults=run_defaults, optional=False,
 )

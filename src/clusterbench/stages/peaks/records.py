@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clusterbench.results.codec import AT_LEAST_ONE, MESSAGE_BYTES, NONNEGATIVE, SECONDS
+from clusterbench.results.run import Section
 
 
 @dataclass(frozen=True)
@@ -49,3 +50,6 @@ class Peaks:
     @staticmethod
     def of(devices: list[DevicePeaks]) -> Peaks:
         return Peaks([m for d in devices for m in d.matmul], [d.copy for d in devices])
+
+
+PEAKS = Section("peaks", Peaks | None)

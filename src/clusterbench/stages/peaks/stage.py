@@ -12,7 +12,9 @@ from clusterbench.analyse.metrics import Metrics
 from clusterbench.report.blocks import Part
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
+from clusterbench.stages.hardware.records import HARDWARE
 from clusterbench.stages.peaks import metrics as peaks
+from clusterbench.stages.peaks.records import PEAKS
 from clusterbench.stages.peaks.report import peaks_section
 from clusterbench.stages.stage import Stage, as_given
 
@@ -72,10 +74,10 @@ def work(rank: Rank, opts: PeakOptions) -> None:
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
-    return [Part("peaks", "Peaks", peaks_section(run.peaks, run.hardware))] if run.peaks else []
+    return [Part("peaks", "Peaks", peaks_section(PEAKS.of(run), HARDWARE.of(run)))] if PEAKS.of(run) else []
 
 
-PEAKS = Stage(
-    name="peaks", options=PeakOptions, resolve=as_given, work=work, fills=("peaks",), add_arguments=add_arguments,
+PEAKS_STAGE = Stage(
+    name="peaks", options=PeakOptions, resolve=as_given, work=work, sections=(PEAKS,), add_arguments=add_arguments,
     metrics=peaks.metrics, report=report, run_defaults=run_defaults, optional=False,
 )

@@ -22,7 +22,7 @@ from clusterbench.stages.train import alignment, models, references
 from clusterbench.stages.train.data import load_task
 from clusterbench.stages.train.loop import LoopConfig, split
 from clusterbench.stages.train.options import TrainOptions
-from clusterbench.stages.train.records import Train, TrainConfig
+from clusterbench.stages.train.records import TRAIN, Train, TrainConfig
 
 # The task of a CPU run: small enough to train 100 steps on two cores in seconds.
 CPU_DEFAULTS = {"preset": "tiny", "seq_len": 64, "global_batch": 16, "micro_batch": 4, "dtype": "float32"}
@@ -122,7 +122,7 @@ def judge(train: Train | None, job: TrainJob) -> None:
 
 def save_reference(run: Run, job: TrainJob) -> None:
     """--save-reference: the finished curve (and its repeats) as a reference file, when the run completed."""
-    path, train = job.options.save_reference, run.train
+    path, train = job.options.save_reference, TRAIN.of(run)
     if path and train is not None and train.summary is not None and train.summary.status == "complete" \
             and run.status == "complete":
         curves = [train.losses, *train.repeat_losses]

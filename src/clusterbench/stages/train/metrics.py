@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.results.run import Run
+from clusterbench.stages.canary.records import CANARY
 from clusterbench.stages.train import stragglers
-from clusterbench.stages.train.records import Train, TrainSummary
+from clusterbench.stages.train.records import TRAIN, Train, TrainSummary
 
 _TRAIN_FIGURES = ("tgs", "padded_tgs", "tflops_per_device", "mfu", "hfu", "peak_memory_bytes")
 _ALIGNMENT_FIGURES = ("mre", "variance", "max_abs_dev", "first_step_error")
@@ -13,18 +14,18 @@ _ALIGNMENT_FIGURES = ("mre", "variance", "max_abs_dev", "first_step_error")
 
 def metrics(run: Run, m: Metrics) -> None:
     """train.*: whether it completed, its speed, and its alignment."""
-    if run.train is None:
+    if TRAIN.of(run) is None:
         return
-    _task(run.train, m, "train")
-    if run.train.summary is not None:
-        _speed(run.train.summary, m)
-    _straggler(run.train, m)
+    _task(TRAIN.of(run), m, "train")
+    if TRAIN.of(run).summary is not None:
+        _speed(TRAIN.of(run).summary, m)
+    _straggler(TRAIN.of(run), m)
 
 
 def canary_metrics(run: Run, m: Metrics) -> None:
     """canary.*: whether the numerics canary completed and aligned."""
-    if run.canary is not None:
-        _task(run.canary, m, "canary")
+    if CANARY.of(run) is not None:
+        _task(CANARY.of(run), m, "canary")
 
 
 def _task(train: Train, m: Metrics, family: str) -> None:

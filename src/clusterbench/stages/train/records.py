@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from clusterbench.results.codec import AT_LEAST_ONE, ELAPSED_S, NONNEGATIVE
+from clusterbench.results.run import Section
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,7 @@ class Train:
     repeat_losses: list[list[float | None]] = field(default_factory=list)
     reference_note: str | None = None  # why no reference judged this run
     phases: list[RankPhases] = field(default_factory=list)  # by rank; empty in runs made before it was recorded
+
+
+TRAIN = Section("train", Train | None)
+TRAIN_STEPS = Section("train_steps", list[StepRow], list, csv=True)

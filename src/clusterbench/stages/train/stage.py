@@ -13,7 +13,7 @@ from clusterbench.results.run import Run
 from clusterbench.stages.stage import Context, Stage
 from clusterbench.stages.train import metrics as train_metrics
 from clusterbench.stages.train import options
-from clusterbench.stages.train.records import Train
+from clusterbench.stages.train.records import TRAIN, TRAIN_STEPS, Train
 
 if TYPE_CHECKING:
     from clusterbench.runtime.rank import Rank
@@ -52,13 +52,13 @@ def work(rank: Rank, job: TrainJob) -> None:
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
-    return task_parts(run.train, "train", "Fine-tuning", "Fine-tuning")
+    return task_parts(TRAIN.of(run), "train", "Fine-tuning", "Fine-tuning")
 
 
 def conclude(run: Run, job: TrainJob) -> None:
     from clusterbench.stages.train.job import judge, save_reference
 
-    judge(run.train, job)
+    judge(TRAIN.of(run), job)
     save_reference(run, job)
 
 
@@ -66,8 +66,8 @@ def conclude(run: Run, job: TrainJob) -> None:
 MODEL_IMPORTS = ("transformers", "transformers.models.llama.modeling_llama")
 RANK_IMPORTS = ("clusterbench.stages.train.measure", "clusterbench.stages.train.job", *MODEL_IMPORTS)
 
-TRAIN = Stage(
-    name="train", options=options.TrainOptions, resolve=resolve, work=work, fills=("train", "train_steps"),
+TRAIN_STAGE = Stage(
+    name="train", options=options.TrainOptions, resolve=resolve, work=work, sections=(TRAIN, TRAIN_STEPS),
     add_arguments=options.add_arguments, metrics=train_metrics.metrics, report=report, conclude=conclude,
     command="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment", checks=("training", "loss alignment", "slow rank"),
     imports=RANK_IMPORTS,
