@@ -34,6 +34,7 @@ from conftest import finish, start_nodes
 from clusterbench.results import codec
 from clusterbench.stages.comm.records import PAIRS
 from clusterbench.stages.fleet import coverage
+from clusterbench.stages.fleet.options import PARTNERS
 from clusterbench.stages.fleet.records import NodeProbe
 from clusterbench.stages.registry import load_run
 
@@ -72,9 +73,9 @@ def one(nodes: int) -> dict:
 
 
 def project(measured: dict, n: int) -> dict:
-    """n nodes with the default plan of pairs: every pair up to coverage.ALL_UP_TO nodes, sampled beyond."""
+    """n nodes with the default plan of pairs: every pair up to ALL_UP_TO nodes, sampled beyond."""
     per_round = measured["phases_s"]["pairwise"] / measured["rounds"]
-    cover = coverage.plan(n, "auto", coverage.PARTNERS, 0)[1]
+    cover = coverage.plan(n, "auto", PARTNERS, 0)[1]
     rows = 2 * cover.pairs
     return {
         "nodes": n, "rounds": cover.rounds, "mode": cover.mode,

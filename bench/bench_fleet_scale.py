@@ -63,7 +63,7 @@ from clusterbench.stages.comm.records import PairRow
 from clusterbench.stages.comm.schedule import round_rows
 from clusterbench.stages.fleet import coverage, local, retests, suspects
 from clusterbench.stages.fleet.links import LOOK_APART_S, RETEST_ITERS
-from clusterbench.stages.fleet.options import FleetOptions
+from clusterbench.stages.fleet.options import PARTNERS, FleetOptions
 from clusterbench.stages.fleet.records import FLEET, Fleet, Retest
 from clusterbench.stages.fleet.stage import FLEET_STAGE, FleetJob
 from clusterbench.stages.registry import load_run, run_folder
@@ -239,7 +239,7 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
         with clock.on():
             fleet.rechecks = rechecked
             mode = options.pairs if options.pairs != "auto" or options.partners is None else "sampled"
-            schedule, fleet.coverage = coverage.plan(n, mode, options.partners or coverage.PARTNERS, seed,
+            schedule, fleet.coverage = coverage.plan(n, mode, options.partners or PARTNERS, seed,
                                                      truth.racks if args.topology else None)
             folder.record(fleet=fleet)
         rows: list[PairRow] = []

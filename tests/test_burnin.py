@@ -320,7 +320,7 @@ def test_a_device_outside_its_kinds_majority_or_its_own_first_result_is_critical
     analysis.metrics(Run(status="complete", sections={"burnin": b}), m)
     assert m.values["burnin.outvoted"] == 1 and m.values["burnin.repeat_changed"] == 1
     assert m.values["burnin.partial"] == 0 and m.values["burnin.drift"] == 0 and m.values["burnin.windows"] == 8
-    found = analysis.conclude(b, None, cut_short=False).findings
+    found = analysis.judge_soak(b, None, cut_short=False).findings
     assert [f.subject for f in found if f.severity == "critical"] == ["rank 1 cpu on n", "rank 2 cpu on n"]
     two = Burnin(4.0, 0.5, windows=[_window(r, i, "b" if (r, i) == (1, 3) else "a") for i in range(8) for r in (0, 1)])
     assert sorted(analysis.outvoted(two)) == [0, 1]  # two that disagree: no majority to say which
@@ -332,7 +332,7 @@ def test_a_soak_short_of_its_windows_is_partial_and_judged_on_what_it_measured()
     analysis.metrics(Run(status="failed", sections={"burnin": codec.load(Burnin, json.loads(json.dumps(codec.dump(b))))}), m)
     assert m.values["burnin.partial"] == 1 and m.values["burnin.windows"] == 5
     assert m.values["burnin.wrong_words"] == 0 and m.values["burnin.matmul_tflops.min"] == 1.0
-    assert analysis.conclude(b, None, cut_short=False).partial
+    assert analysis.judge_soak(b, None, cut_short=False).partial
 
 
 def test_a_wrong_word_with_its_top_bit_set_round_trips_through_run_json(tmp_path: Path) -> None:

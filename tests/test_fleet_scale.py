@@ -24,6 +24,7 @@ from clusterbench.stages.comm.records import PairRow
 from clusterbench.stages.comm.schedule import rounds
 from clusterbench.stages.fleet import coverage, racks, retests, suspects
 from clusterbench.stages.fleet.kept_median import KeptMedian
+from clusterbench.stages.fleet.options import ALL_UP_TO
 from clusterbench.stages.fleet.records import Retest
 from clusterbench.stages.registry import sections
 
@@ -111,9 +112,9 @@ def test_sampled_pairs_give_every_node_distinct_partners_in_perfect_matchings(n:
 
 
 def test_every_pair_up_to_the_cut_and_sampled_beyond_it() -> None:
-    schedule, cover = coverage.plan(coverage.ALL_UP_TO, "auto", 8, seed=1)
-    assert schedule == rounds(coverage.ALL_UP_TO) and cover.mode == "all" and cover.pairs == cover.possible
-    schedule, cover = coverage.plan(coverage.ALL_UP_TO + 1, "auto", 8, seed=1)
+    schedule, cover = coverage.plan(ALL_UP_TO, "auto", 8, seed=1)
+    assert schedule == rounds(ALL_UP_TO) and cover.mode == "all" and cover.pairs == cover.possible
+    schedule, cover = coverage.plan(ALL_UP_TO + 1, "auto", 8, seed=1)
     assert cover.mode == "sampled" and cover.rounds == 9  # an odd fleet: a round more, each node sits one out
     assert "every pair" in coverage.plan(4, "all", 0, 0)[1].summary()
     assert "a bad link between two healthy nodes only where it is drawn" in cover.summary()

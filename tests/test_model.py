@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
-from report_fixtures import as_run, write_run
+from report_fixtures import as_run, doc_of, write_run
 
 from clusterbench.results import codec
 from clusterbench.results.run import Env, Run
@@ -39,7 +39,7 @@ def synthetic_rows(op: str, n: int, nodes: int, alpha: float, beta: float, noise
 def synthetic_run(tmp_path: Path, rows: list[dict], nodes: int = 1, ranks: int = 2) -> Path:
     placements = [{"rank": r, "node": f"node{r * nodes // ranks}", "local_rank": r % (ranks // nodes),
                    "device": "cpu"} for r in range(ranks)]
-    doc = codec.dump(Run(command="comm", status="complete", env=Env("node0", world_size=ranks)))
+    doc = doc_of(Run(command="comm", status="complete", env=Env("node0", world_size=ranks)))
     doc["env"]["ranks"], doc["comm"] = placements, rows
     return write_run(tmp_path / "run", doc)
 

@@ -5,7 +5,6 @@ judges, and appears in the report's navigation; every stage's options are reacha
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from conftest import assert_one_line_error, run_cli
 
 from clusterbench import argtypes, cli
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.argtypes import option
 from clusterbench.commands import run as run_command
 from clusterbench.errors import UsageError
 from clusterbench.report.blocks import Part, esc, section
@@ -31,8 +31,8 @@ from clusterbench.stages.stage import Context, Stage
 class ToyOptions:
     """Its defaults are its own; `run` lays nothing under them."""
 
-    greeting: str = "hello"
-    repeats: int = 1
+    greeting: str = option("hello", "--greeting", help="what every rank says")
+    repeats: int = option(1, "--repeats", type=argtypes.whole(1), help="how many times")
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,6 @@ class ToyResult:
 
 
 TOY_SECTION = Section("toy", ToyResult | None)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--greeting", help="what every rank says")
-    p.add_argument("--repeats", type=argtypes.whole(1), help="how many times (default 1)")
 
 
 def resolve(opts: ToyOptions, context: Context) -> ToyOptions:
@@ -75,7 +70,7 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
     return [] if toy is None else [Part("toy", "Toy", section("toy", "The toy stage", esc(toy.greeting)))]
 
 
-TOY = Stage(name="toy", options=ToyOptions, resolve=resolve, work=work, sections=(TOY_SECTION,), add_arguments=add_arguments,
+TOY = Stage(name="toy", options=ToyOptions, resolve=resolve, work=work, sections=(TOY_SECTION,),
             metrics=metrics, report=report)
 
 

@@ -15,7 +15,6 @@ from conftest import finish, read_run, start_nodes
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
-from clusterbench.results.documents import RUN, read
 from clusterbench.stages.registry import expected_plots, load_run, render_report
 from clusterbench.stages.train import display, stragglers
 from clusterbench.stages.train.metrics import metrics
@@ -68,7 +67,7 @@ def test_the_throttled_rank_is_named_with_its_phases_adding_up(throttled) -> Non
     slow, fast = ranks[1], ranks[0]
     assert slow.compute_s > 2 * fast.compute_s and fast.sync_s > slow.sync_s
 
-    run = read(out / "run.json", RUN)
+    run = load_run(out)
     m = Metrics()
     metrics(run, m)
     assert m.values["train.straggler.compute_ratio"] == pytest.approx(slow.compute_s / fast.compute_s)
@@ -97,7 +96,7 @@ def test_a_run_json_without_phases_still_reads(throttled, tmp_path: Path) -> Non
     doc = json.loads(text)
     del doc["train"]["phases"]
     old.write_text(json.dumps(doc))
-    run = read(old, RUN)
+    run = load_run(old)
     assert TRAIN.of(run).phases == []
     m = Metrics()
     metrics(run, m)

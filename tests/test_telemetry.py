@@ -217,7 +217,7 @@ def _stage(stage: str, device: str, clock: float = 1980, power: float = 650, hos
 def _run(devices: list[DeviceStage]) -> Run:
     stages = [StageWindow("comm", 0.0, 10.0), StageWindow("train", 10.5, 30.0)]
     return Run(command="run", env=Env(hostname="node-a"), status="complete",
-               telemetry=Telemetry(10.0, 1.7e9, stages, devices))
+               sections={"telemetry": Telemetry(10.0, 1.7e9, stages, devices)})
 
 
 HEALTHY = [_stage(s, f"GPU{i}") for s in ("comm", "train") for i in range(4)]
@@ -258,9 +258,9 @@ def test_straggler_warns_and_idle_or_lone_devices_are_not_judged() -> None:
     assert _verdicts([*HEALTHY[:5], idle, *HEALTHY[6:]])["stragglers"][0] == "PASS"
     moment = replace(slow, samples=1, util_pct=None)  # one reading of a short stage: not its steady clock
     assert _verdicts([*HEALTHY[:5], moment, *HEALTHY[6:]])["stragglers"][0] == "PASS"
-    assert "telemetry.stragglers" not in analyse.values(_run(HEALTHY[:1]))
+    assert "telemetry.stragglers" not in analyse.telemetry_values(_run(HEALTHY[:1]))
     cpu = _run([replace(HEALTHY[0], throttle=None, ecc_corrected=None, ecc_uncorrected=None)])
-    assert analyse.values(cpu) == {}  # a lone CPU: nothing to judge, and the rules say nothing
+    assert analyse.telemetry_values(cpu) == {}  # a lone CPU: nothing to judge, and the rules say nothing
 
 
 def _samples() -> list[Sample]:

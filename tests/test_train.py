@@ -16,7 +16,7 @@ from conftest import GPT2, assert_one_line_error, read_run, run_cli, run_side_by
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import default_rules, evaluate
 from clusterbench.errors import UsageError
-from clusterbench.results.documents import RUN, read
+from clusterbench.stages.registry import load_run
 from clusterbench.stages.train import flops, models
 from clusterbench.stages.train.data import share
 from clusterbench.stages.train.loop import accumulation, split
@@ -90,7 +90,7 @@ def test_a_healthy_run_splits_each_rank_step_and_names_no_straggler(short_ref) -
     for p in ranks:
         assert p.step_s == pytest.approx(sum(window) / len(window), rel=0.05)
     m = Metrics()
-    metrics(read(run / "run.json", RUN), m)
+    metrics(load_run(run), m)
     (verdict,) = [r for r in evaluate(default_rules(), m) if r.rule == "slow rank"]
     assert verdict.verdict == "PASS", verdict.detail
 

@@ -315,8 +315,8 @@ def test_a_row_of_no_ranks_is_refused() -> None:
 
 def test_a_fit_of_times_beyond_a_float_is_refused_before_it_is_stored() -> None:
     run = Run(command="comm", status="complete", env=Env("h", world_size=8),
-              comm=[dataclasses.replace(r, p50_us=r.p50_us * (1e300 if i % 2 else 1e-10))
-                    for i, r in enumerate(COMM.of(as_run(gpu_run_doc({})))) if r.op == "all_reduce"])
+              sections={"comm": [dataclasses.replace(r, p50_us=r.p50_us * (1e300 if i % 2 else 1e-10))
+                                 for i, r in enumerate(COMM.of(as_run(gpu_run_doc({})))) if r.op == "all_reduce"]})
     try:
         model = fit_run(run)
     except UsageError as e:

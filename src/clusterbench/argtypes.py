@@ -1,4 +1,9 @@
-"""Typed command-line options: values checked as they are parsed, and "not given" kept apart from 0.
+"""Typed command-line options, each declared once: values checked as they are parsed, and "not given" kept
+apart from 0.
+
+An options record (a dataclass: a stage's, the launch's) declares each option where its field is: the field's
+default is the option's, and `option(...)` adds how it is typed and what its help says; `add_options` builds
+the parser from that, the help ending with the default as the value says it, so it cannot drift from it.
 
 Every numeric option takes its type and range from here, so a bad value is refused by
 argparse in one line before anything runs: a whole number is at most INT64_MAX (what torch and
@@ -14,7 +19,7 @@ import argparse
 import math
 import re
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 from clusterbench.secrets import masked
@@ -136,3 +141,70 @@ class Prefixed:
 def prefixed(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     """The options typed under --PREFIX. (dests "PREFIX.name"), as keyword arguments."""
     return {dest.split(".", 1)[1]: value for dest, value in vars(args).items() if dest.startswith(f"{prefix}.")}
+
+
+FLAG = "flag"  # the key of an option's Flag in its field's metadata
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one field of an options record is typed on the command line."""
+
+    names: tuple[str, ...]  # "-b", "--min-bytes": the long ones give run's --STAGE.option
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    action: Any = None
+    nargs: str | None = None
+    const: Any = None
+    metavar: str | None = None
+    group: str | None = None  # the help's heading it stands under
+    shown: str | None = None  # the default in words, where the value alone does not say it; "": none shown
+
+
+def option(default: Any, *names: str, help: str, meta: dict[str, Any] | None = None, **how: Any) -> Any:
+    """A field of an options record that is also an option: its default, its flags and how they are typed
+    (Flag's fields), and the codec's metadata where the record is kept in run.json too."""
+    flag = Flag(names, help, **how)
+    metadata = {**(meta or {}), FLAG: flag}
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def flag_of(f: Field[Any]) -> Flag | None:
+    return f.metadata.get(FLAG)
+
+
+def add_options(p: Any, record: type, only: tuple[str, ...] | None = None) -> None:
+    """Every option of `record` (or those named `only`) on parser `p` (or a group of it, or run's Prefixed), under
+    their headings."""
+    groups: dict[str, Any] = {}
+    for f in fields(record):
+        flag = flag_of(f)
+        if flag is None or (only is not None and f.name not in only):
+            continue
+        target = p if flag.group is None else groups.get(flag.group) or groups.setdefault(
+            flag.group, p.add_argument_group(flag.group))
+        how = {key: value for key in ("type", "choices", "action", "nargs", "const", "metavar")
+               if (value := getattr(flag, key)) is not None}
+        target.add_argument(*flag.names, dest=f.name, help=_help(flag, f), **how)
+
+
+def _help(flag: Flag, f: Field[Any]) -> str:
+    default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    shown = flag.shown if flag.shown is not None else _shown(default, flag)
+    return f"{flag.help} (default {shown})" if shown else flag.help
+
+
+def _shown(value: Any, flag: Flag) -> str:
+    """A default as the help says it: on or off, a list as it is typed, a number as short as it reads."""
+    if flag.action == "store_true" or value is None:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

@@ -18,8 +18,8 @@ from typing import Any
 from clusterbench import limits
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit, is_per_size, kind_of
 from clusterbench.errors import UsageError
-from clusterbench.inputs import documents as inputs
-from clusterbench.nccl import metrics as nccl
+from clusterbench.inputs.documents import read_yaml, version
+from clusterbench.nccl.metrics import nccl_values
 from clusterbench.results import documents
 from clusterbench.results.run import Expected, Run
 from clusterbench.stages.comm.links import active_rdma
@@ -64,7 +64,7 @@ def load(path: str | Path, origin: str = "file") -> list[System]:
     """A table of expected figures, or a baseline file (its means, for any system); one-line errors."""
     p = Path(path)
     label = f"--expected {p}" if origin == "file" else str(p)
-    doc = inputs.read_yaml(p, label)
+    doc = read_yaml(p, label)
     if isinstance(doc, dict) and doc.get("kind") == documents.BASELINE.name:
         return [_from_baseline(p, label)]
     if not isinstance(doc, dict) or doc.get("kind") != TABLE_KIND or not isinstance(doc.get("systems"), list):
@@ -74,7 +74,7 @@ def load(path: str | Path, origin: str = "file") -> list[System]:
         raise UsageError(f"{label}: unknown key(s) {', '.join(sorted(set(doc) - _TABLE_KEYS))} (a table holds "
                          f"{', '.join(sorted(_TABLE_KEYS))})")
     # A table written before tables carried a version is version 1.
-    inputs.version(doc.get("schema_version", 1), label, TABLE_VERSION, "expected-figures table")
+    version(doc.get("schema_version", 1), label, TABLE_VERSION, "expected-figures table")
     return [_system(item, i, label, origin) for i, item in enumerate(doc["systems"], 1)]
 
 
@@ -197,7 +197,7 @@ def facts(run: Run) -> dict[str, Any]:
     if labels:
         found["nic"] = labels.pop() if len(labels) == 1 else None
     if run.env.backend == "nccl":
-        nvls = nccl.values(run).get("nccl.nvls")
+        nvls = nccl_values(run).get("nccl.nvls")
         found["nccl.nvls"] = None if nvls is None else int(nvls[0])
     if TRAIN.of(run) is not None:
         c = TRAIN.of(run).config

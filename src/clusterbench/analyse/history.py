@@ -17,7 +17,7 @@ from clusterbench.nodechecks import bands
 from clusterbench.nodechecks.table import BANDED
 from clusterbench.results.documents import Baseline, MetricStats
 from clusterbench.stages.fleet.records import Band
-from clusterbench.store.history import DAY_S, Daily, Point, Stats
+from clusterbench.store.queries import DAY_S, Daily, Point, Stats
 from clusterbench.store.record import NODE_PREFIX
 
 WINDOW = 5  # a node's own recent median: over its last 5 figures before the latest

@@ -16,7 +16,7 @@ from clusterbench.results.documents import Baseline
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.fleet.records import Band
 from clusterbench.stages.registry import load_run, metrics_of
-from clusterbench.store import where as store_where
+from clusterbench.store.where import resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,9 +50,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _from_store(args: argparse.Namespace) -> tuple[Baseline, list[Band]]:
-    from clusterbench.analyse import history as analysis
-    from clusterbench.store import history
-    where = store_where.resolve(args.store)
+    from clusterbench.analyse import history
+    from clusterbench.store import queries
+    where = resolve(args.store)
     if where is None:
         raise UsageError("--store off: there is no store to read")
     from clusterbench.store.db import open_store  # SQLAlchemy: only where a sound store is read
@@ -62,13 +62,13 @@ def _from_store(args: argparse.Namespace) -> tuple[Baseline, list[Band]]:
     store = open_store(where, write=False)
     try:
         with store.reading() as conn:
-            klass = _class(args.klass, history.classes(conn))
-            stats = history.healthy_stats(conn, klass, since_s)
-            values = history.healthy_values(conn, klass, since_s, analysis.band_metrics())
+            klass = _class(args.klass, queries.classes(conn))
+            stats = queries.healthy_stats(conn, klass, since_s)
+            values = queries.healthy_values(conn, klass, since_s, history.band_metrics())
     finally:
         store.close()
     source = f"store {where.shown}, {since / 86400:g} days to {time.strftime('%Y-%m-%d', time.gmtime())}"
-    doc, thin = analysis.baseline(stats, values, klass, source)
+    doc, thin = history.baseline(stats, values, klass, source)
     if not doc.runs:
         raise UsageError(f"store {where.shown}: no healthy run of {klass} in the last {since / 86400:g} days")
     try:  # what clusterbench writes, clusterbench reads back: never a null where a figure belongs

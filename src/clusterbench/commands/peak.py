@@ -25,7 +25,7 @@ class PeakCommandOptions:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    stage.add_arguments(p)
+    stage.PEAKS_STAGE.add_arguments(p)
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: every GPU, else the CPU)")
 
 

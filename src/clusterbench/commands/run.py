@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import argtypes
-from clusterbench.analyse import expected as expected_figures
+from clusterbench.analyse.expected import System, attach, tables
 from clusterbench.analyse.rules import Rule, default_rules, load_rules
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.errors import UsageError
@@ -47,7 +47,7 @@ class RunPlan:
     stages: tuple[tuple[Stage, Any], ...]  # each stage that runs, with its resolved plan
     rules: tuple[Rule, ...]
     expected: dict[str, Expected] = field(default_factory=dict)  # given on the command line
-    tables: tuple[list[expected_figures.System], ...] = ()  # matched against the run's facts at the end
+    tables: tuple[list[System], ...] = ()  # matched against the run's facts at the end
     notes: tuple[str, ...] = ()  # why a stage left itself out
 
 
@@ -151,8 +151,8 @@ def prepare(args: argparse.Namespace, shape: JobShape) -> RunPlan:
     # --expect-busbw is in GB/s; run.json keeps busbw in Gbps.
     expected = {EXPECTED_BUSBW_METRIC: Expected(opts.expect_busbw * BITS_PER_BYTE, "given", "this cluster",
                                                 "--expect-busbw")} if opts.expect_busbw else {}
-    tables = tuple(expected_figures.tables(list(opts.expected or ())))  # a bad file fails before any rank starts
-    return RunPlan(tuple((s, p) for s, p in stages if p is not None), tuple(rules), expected, tables,
+    teams = tuple(tables(list(opts.expected or ())))  # a bad file fails before any rank starts
+    return RunPlan(tuple((s, p) for s, p in stages if p is not None), tuple(rules), expected, teams,
                    tuple(resolver.notes))
 
 
@@ -170,7 +170,7 @@ def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
     for stage, stage_plan in plan.stages:
         stage.conclude(run, stage_plan)
     metrics = registry.metrics_of(run)
-    expected_figures.attach(run, metrics, list(plan.tables), plan.expected)
+    attach(run, metrics, list(plan.tables), plan.expected)
     run.verdicts = judge(metrics, run.expected, list(plan.rules))
     run.verdict = overall(run.verdicts)
     report = registry.render_report(run_dir, run)

@@ -13,7 +13,7 @@ from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError, one_line
 from clusterbench.inputs.printable import printable
 from clusterbench.publish import add_store_argument
 from clusterbench.runtime.command import ToolCommand
-from clusterbench.store import where as store_where
+from clusterbench.store.where import Where, resolve
 
 if TYPE_CHECKING:  # SQLAlchemy: loaded only when the store is opened
     from clusterbench.store.db import Store
@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_store_argument(upgrade, "upgrade")
 
 
-def _where(args: argparse.Namespace) -> store_where.Where:
-    where = store_where.resolve(args.store)
+def _where(args: argparse.Namespace) -> Where:
+    where = resolve(args.store)
     if where is None:
         raise UsageError("--store off: there is no store to use")
     return where
@@ -117,7 +117,7 @@ class _Progress:
             print()
 
 
-def _upgrade(where: store_where.Where) -> int:
+def _upgrade(where: Where) -> int:
     from clusterbench.store import schema
     from clusterbench.store.db import open_store
 
@@ -134,10 +134,10 @@ def _upgrade(where: store_where.Where) -> int:
 
 
 def _info(store: Store) -> int:
-    from clusterbench.store import history, schema
+    from clusterbench.store import queries, schema
 
     with store.reading() as conn:
-        s = history.summary(conn)
+        s = queries.summary(conn)
         version = schema.version(conn)
     print(f"store:    {store.where.shown}")
     print(f"schema:   version {version}")

@@ -5,7 +5,7 @@ nccl.net.socket_with_rdma   1 when ranks on different nodes talk over TCP socket
                             has active InfiniBand/RoCE ports (the classic misconfiguration); only
                             with a hardware picture to say which ports are up
 nccl.net.sockets_between_nodes   1 when traffic between nodes goes over TCP sockets, from the log
-                            alone, with the reason the log gives and what to check (nccl_sockets.py)
+                            alone, with the reason the log gives and what to check (nccl/sockets.py)
 nccl.net.gdr                1 when every network link used GPUDirect RDMA, 0 when one did not
 nccl.p2p.shm_between_nvlink_gpus   links through host shared memory between GPUs of one host whose
                             GPUs have NVLink (P2P disabled or unusable)
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from clusterbench.nccl import sockets as nccl_sockets
 from clusterbench.nccl.records import NCCL, NcclFacts, NcclPeer
-from clusterbench.nccl.sockets import is_socket as _is_socket
+from clusterbench.nccl.sockets import is_socket, value
 from clusterbench.results.run import Run
 from clusterbench.stages.comm.links import active_rdma
 from clusterbench.stages.hardware.records import HARDWARE
@@ -27,7 +26,7 @@ from clusterbench.units import ranks_text
 HOSTS_SHOWN = 4  # hosts the picture's placement names; the rest are counted
 
 
-def values(run: Run) -> dict[str, tuple[float, str]]:
+def nccl_values(run: Run) -> dict[str, tuple[float, str]]:
     """Each metric this run's NCCL facts give, with its note; absent where the log cannot say."""
     facts = NCCL.of(run)
     if facts is None:
@@ -35,17 +34,17 @@ def values(run: Run) -> dict[str, tuple[float, str]]:
     found: dict[str, tuple[float, str]] = {}
     net = [p for p in facts.peers if p.transport == "NET"]
     rdma = active_rdma(HARDWARE.of(run))
-    sockets = [p for p in net if _is_socket(p)]
+    sockets = [p for p in net if is_socket(p)]
     if net and HARDWARE.of(run) is not None:  # without the host's ports, sockets may be all there is
         bad = bool(sockets and rdma)
         found["nccl.net.socket_with_rdma"] = (float(bad), (
             f"{len(sockets)} links between nodes over TCP sockets ({sockets[0].via}) while rank 0's host has "
             f"{len(rdma)} active RDMA port(s) ({rdma[0].device}): NCCL did not use them" if bad else
             f"between nodes: {', '.join(sorted({p.via for p in net}))}"))
-    sockets_between = nccl_sockets.value(facts)
+    sockets_between = value(facts)
     if sockets_between is not None:
         found["nccl.net.sockets_between_nodes"] = sockets_between
-    rdma_links = [p for p in net if not _is_socket(p) and p.gdr is not None]
+    rdma_links = [p for p in net if not is_socket(p) and p.gdr is not None]
     if rdma_links:
         off = [p for p in rdma_links if not p.gdr]
         found["nccl.net.gdr"] = (float(not off), (

@@ -3,7 +3,7 @@ file): each miss one line that says what was found and what to do about it (docs
 
 A miss names each finding behind it with the finding's own action (each Xid its own: reset the GPU, drain and
 RMA, reseat it), and the rule's action after them where it says something else (a team's "call the network
-team"). A rules file may judge only the counts the node checks give (nodechecks.py): a rule of another metric is
+team"). A rules file may judge only the counts the node checks give (nodechecks/table.py): a rule of another metric is
 a typo that would pass every node, and is refused.
 """
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from clusterbench.analyse import rules as rule_engine
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.analyse.rules import LEVELS, Rule, evaluate, load_rules, matches
 from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
-from clusterbench.nodechecks import table as nodechecks
+from clusterbench.nodechecks.table import NODE_RULES_HELP, counted
 from clusterbench.results.findings import Finding, Severity
 
 # How a miss weighs where findings carry a severity: a FAIL is critical (it excludes a fleet's node), a WARN a
@@ -48,32 +48,31 @@ def default_path() -> Path:
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
-    """--node-rules, as `check`, `fleet` and `burnin` take it."""
-    p.add_argument("--node-rules", type=Path, metavar="FILE",
-                   help="judge the node's error counters and events by these rules (the form of `run --rules`, each "
-                        "on a count of the node checks; default: the shipped node_rules.yaml)")
+    """--node-rules, as `check` takes it (`fleet` and `burnin` declare it in their options)."""
+    p.add_argument("--node-rules", type=Path, metavar="FILE", help=f"{NODE_RULES_HELP} (default the shipped "
+                                                                   "node_rules.yaml)")
 
 
-def load(path: Path | None = None) -> list[rule_engine.Rule]:
+def load(path: Path | None = None) -> list[Rule]:
     """The node rules: a team's file, or the shipped one; a broken file, or a rule of no count the node checks give,
     is a UsageError naming where."""
     where = path or default_path()
-    found = rule_engine.load_rules(where)
-    known = nodechecks.counts()
+    found = load_rules(where)
+    known = counted()
     for rule in found:
-        if not any(rule_engine.matches(p, name) for p in rule.patterns for name in known):
+        if not any(matches(p, name) for p in rule.patterns for name in known):
             raise UsageError(f"node rules {where}: rule {clipped(repr(rule.name))} judges "
                              f"{clipped(', '.join(rule.patterns))}, which no node check counts (they count "
                              f"{', '.join(known)})")
     return found
 
 
-def of(rules: list[rule_engine.Rule], counts: tuple[str, ...]) -> list[rule_engine.Rule]:
+def of(rules: list[Rule], counts: tuple[str, ...]) -> list[Rule]:
     """The rules that judge any of `counts`: what judges one check's counts, the others' left to their checks."""
-    return [r for r in rules if any(rule_engine.matches(p, name) for p in r.patterns for name in counts)]
+    return [r for r in rules if any(matches(p, name) for p in r.patterns for name in counts)]
 
 
-def judge(counts: dict[str, float], findings: list[Finding], rules: list[rule_engine.Rule]) -> list[Miss]:
+def judge(counts: dict[str, float], findings: list[Finding], rules: list[Rule]) -> list[Miss]:
     """Each rule the counts miss, the FAILs first. A count the node does not have (no GPU, no InfiniBand) is not
     judged, unless its rule's `missing` says FAIL or WARN: its default, error, is for a typo, which load() refuses."""
     metrics = Metrics()
@@ -81,8 +80,8 @@ def judge(counts: dict[str, float], findings: list[Finding], rules: list[rule_en
         metrics.put(name, value)
     by_name = {r.name: r for r in rules}
     misses = []
-    for result in rule_engine.evaluate(rules, metrics, strict=False):
-        if result.verdict not in rule_engine.LEVELS:
+    for result in evaluate(rules, metrics, strict=False):
+        if result.verdict not in LEVELS:
             continue
         rule = by_name[result.rule]
         if result.value is None and rule.missing == "error":

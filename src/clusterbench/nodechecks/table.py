@@ -88,6 +88,11 @@ NODE_CHECKS: dict[str, NodeCheck] = {
 BANDED: dict[str, str] = {metric: words for c in NODE_CHECKS.values() for metric, words in c.figures.items()}
 
 
-def counts() -> tuple[str, ...]:
+def counted() -> tuple[str, ...]:
     """Every count the node rules may judge, of the table as it stands (a check added since included)."""
     return tuple(dict.fromkeys(name for c in NODE_CHECKS.values() for name in c.counts))
+
+
+# --node-rules, as `check`, `fleet` and `burnin` take it.
+NODE_RULES_HELP = ("judge the node's error counters and events by these rules (the form of `run --rules`, each on a "
+                   "count of the node checks)")

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError, one_line
 from clusterbench.secrets import masked
-from clusterbench.store import where as store_where
 from clusterbench.store.record import RunRecord, started_s
+from clusterbench.store.where import ENV, Where, resolve
 
 TEXTFILE_SUFFIX = ".prom"  # the only files node_exporter's textfile collector reads
 # A host name as DNS has them (labels of letters, digits, hyphens; underscores, which container names use).
@@ -28,7 +28,7 @@ _HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
 
 @dataclass(frozen=True)
 class Outputs:
-    store: store_where.Where | None = None
+    store: Where | None = None
     textfile: Path | None = None
     pushgateway: str | None = None
 
@@ -36,7 +36,7 @@ class Outputs:
 def add_store_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup, doing: str = "record the run in") -> None:
     p.add_argument("--store", metavar="PATH|URL",
                    help=f"{doing} this results store: an SQLite file, postgresql://USER:PASSWORD@HOST/DB, "
-                        f"or off (default: ${store_where.ENV}, else results.db in your data directory)")
+                        f"or off (default: ${ENV}, else results.db in your data directory)")
 
 
 def add_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
 
 def outputs_of(args: argparse.Namespace) -> Outputs:
     """The outputs asked for, checked before anything is measured."""
-    store = store_where.resolve(getattr(args, "store", None))
+    store = resolve(getattr(args, "store", None))
     textfile = getattr(args, "metrics_textfile", None)
     if textfile is not None:
         if textfile.suffix != TEXTFILE_SUFFIX:
@@ -136,7 +136,7 @@ def publish(record: RunRecord, outputs: Outputs, say: TextIO | None = sys.stdout
     return ok
 
 
-def _record(record: RunRecord, where: store_where.Where, say: TextIO | None) -> None:
+def _record(record: RunRecord, where: Where, say: TextIO | None) -> None:
     from clusterbench.store.db import open_store  # SQLAlchemy: only where a run is recorded
 
     store = open_store(where)

@@ -13,9 +13,8 @@ import hashlib
 from clusterbench.inputs import hostlist
 from clusterbench.results.run import Run
 from clusterbench.stages.fleet.conclusion import node_class
-from clusterbench.stages.fleet.records import FLEET
 from clusterbench.stages.hardware.records import HARDWARE, Hardware
-from clusterbench.stages.registry import metrics_of
+from clusterbench.stages.registry import STAGES, metrics_of
 from clusterbench.store.record import NODE_PREFIX, Figure, RunRecord
 
 
@@ -45,11 +44,10 @@ def record_of(run: Run, folder: str | None) -> RunRecord:
     # A node has a row of its own where its class is known: one node's run, or a fleet's rows.
     classes = {hosts[0]: klass} if len(hosts) == 1 else {}
     verdicts: dict[str, str] = {host: verdict for host in classes} if verdict else {}
-    if FLEET.of(run) is not None and FLEET.of(run).nodes:
-        for row in FLEET.of(run).nodes:
-            figures += [Figure(row.node, "", NODE_PREFIX + name, value, row.klass)
-                        for name, value in sorted(row.metrics.items())]
-            verdicts[row.node] = row.verdict
-            classes[row.node] = row.klass
+    for row in (node for stage in STAGES for node in stage.nodes(run)):
+        figures += [Figure(row.node, "", NODE_PREFIX + name, value, row.klass)
+                    for name, value in sorted(row.figures.items())]
+        verdicts[row.node] = row.verdict
+        classes[row.node] = row.klass
     return RunRecord(uid_of(run), run.command, run.started_utc, run.finished_utc, run.status, run.verdict,
                      run.env.hostname, folder, figures, verdicts, run.error, classes)

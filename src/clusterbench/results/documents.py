@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError
-from clusterbench.inputs import documents as inputs
+from clusterbench.inputs.documents import read_json, version
 from clusterbench.results import codec
 from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run
 from clusterbench.stages.fleet.records import Band
@@ -137,7 +137,7 @@ REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, Los
 def versioned(path: Path, kind: DocumentKind, label: str | None = None) -> tuple[dict[str, Any], int]:
     """The document at `path` as JSON values, proved of `kind` and of a version this clusterbench reads."""
     label = label or str(path)
-    doc = inputs.read_json(Path(path), label)
+    doc = read_json(Path(path), label)
     if not isinstance(doc, dict):
         raise UsageError(f"{label}: not a clusterbench {kind.label} ({kind.hint})")
     marked = doc.get("kind")
@@ -148,19 +148,19 @@ def versioned(path: Path, kind: DocumentKind, label: str | None = None) -> tuple
     if found is None:
         what = f"a {marked}, " if isinstance(marked, str) and marked.startswith("clusterbench-") else ""
         raise UsageError(f"{label}: {what}not a clusterbench {kind.label} ({kind.hint})")
-    return doc, inputs.version(found, label, kind.version, kind.label)
+    return doc, version(found, label, kind.version, kind.label)
 
 
 def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
     """The document at `path` as `kind`'s record, upgraded to the current version."""
     label = label or str(path)
-    doc, version = versioned(path, kind, label)
+    doc, at = versioned(path, kind, label)
     try:
-        while version < kind.version:
-            if version not in kind.upgrades:
-                raise UsageError(f"{label} has schema version {version}, too old for this clusterbench: {kind.hint}")
-            doc = kind.upgrades[version](doc)
-            version += 1
+        while at < kind.version:
+            if at not in kind.upgrades:
+                raise UsageError(f"{label} has schema version {at}, too old for this clusterbench: {kind.hint}")
+            doc = kind.upgrades[at](doc)
+            at += 1
         return codec.load(kind.record, doc)
     except codec.SchemaError as e:
         raise UsageError(f"{label}: field {e}") from None

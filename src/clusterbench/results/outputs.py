@@ -207,9 +207,9 @@ def check_one(path: Path, out: Output, overwrite: bool, label: str | None = None
 def _store_file(args: argparse.Namespace, uses_store: bool) -> Path | None:
     if not (uses_store or hasattr(args, "store")):
         return None
-    from clusterbench.store import where as store_where  # no database library: only the path is wanted
+    from clusterbench.store.where import resolve  # no database library: only the path is wanted
 
-    where = store_where.resolve(getattr(args, "store", None))
+    where = resolve(getattr(args, "store", None))
     return where.path if where is not None else None
 
 

@@ -187,11 +187,12 @@ CORE = tuple(f.name for f in fields(Run) if f.name != "sections")
 
 
 def to_doc(run: Run, sections: Sections) -> dict[str, Any]:
-    """run.json's JSON values: the core, then each section under its key; a section kept in its CSV alone is
-    counted there instead."""
+    """run.json's JSON values: the core, then every section under its key (empty where the run has none, so a
+    reader finds every key of its version); a section kept in its CSV alone is counted there instead."""
     doc = {name: codec.dump(getattr(run, name)) for name in CORE}
-    for name, value in run.sections.items():
+    for name in [*sections, *(name for name in run.sections if name not in sections)]:
         section = sections.get(name)
+        value = run.sections[name] if name in run.sections else section.empty()  # type: ignore[union-attr]
         if section is not None and section.counted_as is not None:
             doc[section.counted_as] = len(value)
         else:

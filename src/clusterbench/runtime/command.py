@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import argtypes, publish
+from clusterbench.argtypes import add_options, option
 from clusterbench.errors import EXIT_OK
 from clusterbench.hw.network import check_interface
 from clusterbench.results.folder import RunFolder, default_run_dir
@@ -34,21 +35,37 @@ TIMEOUT_S = (1.0, 7 * 86400.0)
 
 @dataclass(frozen=True)
 class Launch:
-    """Where and how the ranks run."""
+    """Where and how the ranks run, each option declared once."""
 
-    nproc: int | None = None  # None: the GPU count, else 2
-    backend: str = "auto"
-    device: str | None = None
-    timeout: float = 300.0
-    rendezvous_timeout: float | None = None  # None: CLUSTERBENCH_RENDEZVOUS_TIMEOUT, else 60 s (dist.resolve)
-    out: Path | None = None
+    nproc: int | None = option(None, "--nproc", type=argtypes.whole(1, MAX_WORLD_SIZE), help="ranks to start",
+                               shown="the GPU count, the Ray cluster's with --launcher ray, else 2")
+    backend: str = option("auto", "--backend", help="auto, nccl, gloo, mpi or a registered backend name")
+    device: str | None = option(None, "--device", help="cpu or cuda", shown="cuda when available")
+    timeout: float = option(300.0, "--timeout", type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
+                            help=f"seconds any collective, and an idle rank's wait for a scope's phase may take "
+                                 f"({TIMEOUT_S[0]:g} to {TIMEOUT_S[1]:g})")
+    rendezvous_timeout: float | None = option(
+        None, "--rendezvous-timeout", metavar="SECONDS",
+        type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
+        help="seconds the launch may take: every rank meeting, and Gloo's group forming; a launch that cannot work "
+             "says who and where within it", shown="CLUSTERBENCH_RENDEZVOUS_TIMEOUT, else 60, never above --timeout")
+    out: Path | None = None  # add_out_argument: commands that keep a run folder without ranks take it too
     overwrite: bool = False
-    master_addr: str | None = None
-    master_port: int | None = None
-    iface: str | None = None
-    launcher: str = "local"
-    ray_address: str | None = None
-    telemetry_hz: float = DEFAULT_HZ
+    master_addr: str | None = option(None, "--master-addr", help="under srun/mpirun: rank 0's host",
+                                     shown="MASTER_ADDR, else what the launcher tells")
+    master_port: int | None = option(None, "--master-port", type=argtypes.whole(1, 65535),
+                                     help="under srun/mpirun: the rendezvous port",
+                                     shown="MASTER_PORT, else derived from the job id")
+    iface: str | None = option(None, "--iface", help="network interface between hosts, or names as "
+                               "NCCL_SOCKET_IFNAME takes them (sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); one this "
+                               "host lacks is refused")
+    launcher: str = option("local", "--launcher", choices=("local", "ray"),
+                           help="local: spawn --nproc ranks here; ray: one Ray actor per rank, placed by Ray")
+    ray_address: str | None = option(None, "--ray-address", help="with --launcher ray: the cluster to join",
+                                     shown="RAY_ADDRESS, else a new local Ray")
+    telemetry_hz: float = option(DEFAULT_HZ, "--telemetry-hz", metavar="HZ",
+                                 type=argtypes.real(0.0, strict=False, maximum=MAX_HZ),
+                                 help="device telemetry samples per second while the stages run; 0: off")
 
     def __post_init__(self) -> None:
         # Ray puts ranks on hosts of its choosing: each checks its own (launch.run_rank).
@@ -58,31 +75,7 @@ class Launch:
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
-    g.add_argument("--nproc", type=argtypes.whole(1, MAX_WORLD_SIZE),
-                   help="ranks to start (default: the GPU count, the Ray cluster's with --launcher ray, else 2)")
-    g.add_argument("--backend", help="auto, nccl, gloo, mpi or a registered backend name (default auto)")
-    g.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    g.add_argument("--timeout", type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
-                   help="seconds any collective, and an idle rank's wait for a scope's "
-                        f"phase may take ({TIMEOUT_S[0]:g} to {TIMEOUT_S[1]:g}; default 300)")
-    g.add_argument("--rendezvous-timeout", dest="rendezvous_timeout", metavar="SECONDS",
-                   type=argtypes.real(TIMEOUT_S[0], strict=False, maximum=TIMEOUT_S[1]),
-                   help="seconds the launch may take: every rank meeting, and Gloo's group forming; a launch that "
-                        "cannot work says who and where within it (default: CLUSTERBENCH_RENDEZVOUS_TIMEOUT, "
-                        "else 60, never above --timeout)")
-    g.add_argument("--master-addr", dest="master_addr",
-                   help="under srun/mpirun: rank 0's host (default: MASTER_ADDR, else what the launcher tells)")
-    g.add_argument("--master-port", dest="master_port", type=argtypes.whole(1, 65535),
-                   help="under srun/mpirun: the rendezvous port (default: MASTER_PORT, else derived from the job id)")
-    g.add_argument("--iface", help="network interface between hosts, or names as NCCL_SOCKET_IFNAME takes them "
-                                   "(sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); one this host lacks is refused")
-    g.add_argument("--launcher", choices=("local", "ray"),
-                   help="local: spawn --nproc ranks here (default); ray: one Ray actor per rank, placed by Ray")
-    g.add_argument("--ray-address", dest="ray_address",
-                   help="with --launcher ray: the cluster to join (default: RAY_ADDRESS, else a new local Ray)")
-    g.add_argument("--telemetry-hz", dest="telemetry_hz", metavar="HZ",
-                   type=argtypes.real(0.0, strict=False, maximum=MAX_HZ),
-                   help=f"device telemetry samples per second while the stages run; 0: off (default {DEFAULT_HZ:g})")
+    add_options(g, Launch)
     add_out_argument(g)
     publish.add_arguments(g)
 

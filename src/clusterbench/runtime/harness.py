@@ -37,7 +37,7 @@ from clusterbench.runtime.rank import Progress, Rank
 from clusterbench.runtime.rendezvous import RESOLVE_S, check_address
 from clusterbench.shape import JobShape
 from clusterbench.stages.registry import run_folder
-from clusterbench.telemetry.recorder import start as recording
+from clusterbench.telemetry import recorder
 from clusterbench.telemetry.sampler import DEFAULT_HZ
 
 
@@ -79,10 +79,10 @@ def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
     folder = run_folder(job.run_dir).begin(job.command, list(job.argv)) if worker.rank == 0 else None
     if folder is not None:
         folder.record(env=env, hardware=describe())  # NVML and /sys only: starts no CUDA context
-    recorder = None
+    telemetry = None
     try:
-        recorder = recording(worker, folder, job.telemetry_hz)
-        rank = Rank(worker, progress, env, folder, recorder)
+        telemetry = recorder.start(worker, folder, job.telemetry_hz)
+        rank = Rank(worker, progress, env, folder, telemetry)
         with rank.stage(job.command):  # a command that walks stages marks its own inside this one
             job.work(rank, job.options)
     except BaseException as e:
@@ -90,8 +90,8 @@ def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
             folder.finish_failed(e)
         raise
     finally:
-        if recorder is not None:
-            recorder.close()
+        if telemetry is not None:
+            telemetry.close()
     if folder is not None:
         folder.finish("complete")
 

@@ -75,14 +75,17 @@ def judge(run: Run, rules: list[Rule] | None = None, metrics: Metrics | None = N
 def report_parts(run: Run, metrics: Metrics, run_dir: Path | None = None) -> list[Part]:
     """The report's sections after the verdicts: the expected figures, each stage's, then the telemetry
     (plotted from run_dir's telemetry.csv when there is one)."""
-    from clusterbench.telemetry import report as telemetry  # matplotlib: only where a report is rendered
+    from clusterbench.telemetry.report import (  # matplotlib: only where a report is rendered
+        plot_count,
+        telemetry_section,
+    )
 
     parts = [Part("expected", "Expected", expected_section(run, metrics))] \
         if run.expected or run.expected_note else []
     parts += [part for stage in STAGES for part in stage.report(run, metrics)]
     if TELEMETRY.of(run):
-        parts.append(Part("telemetry", "Telemetry", telemetry.telemetry_section(run, run_dir),
-                          telemetry.plot_count(run)))
+        parts.append(Part("telemetry", "Telemetry", telemetry_section(run, run_dir),
+                          plot_count(run)))
     return parts
 
 

@@ -9,17 +9,18 @@ ranks (judging what only the whole run can, on the process that owns the run fol
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.argtypes import add_options
 from clusterbench.errors import UsageError
 from clusterbench.report.blocks import Part
 from clusterbench.results.run import Run, Section
 from clusterbench.shape import JobShape
+from clusterbench.store.record import NodeResult
 
 if TYPE_CHECKING:  # runtime/rank.py imports torch, and commands that only read run folders read stages too
     from clusterbench.runtime.rank import Rank
@@ -47,6 +48,10 @@ def _no_parts(run: Run, metrics: Metrics) -> list[Part]:
 
 def _no_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
     return {}
+
+
+def _no_nodes(run: Run) -> list[NodeResult]:
+    return []
 
 
 def _no_plan(name: str) -> Any:
@@ -84,10 +89,10 @@ class Stage(Generic[Options, Plan]):
     resolve: Callable[[Options, Context], Plan]  # raises UsageError for what cannot work, NotRun to leave itself out
     work: Callable[[Rank, Plan], None]  # every rank; rank 0 (rank.folder) records
     sections: tuple[Section[Any], ...]  # its sections of run.json, declared beside its records
-    add_arguments: Callable[[argparse.ArgumentParser], None] = _nothing  # its options, as its own command parses them
     metrics: Callable[[Run, Metrics], None] = _nothing  # the figures it adds to a run's metrics
     report: Callable[[Run, Metrics], list[Part]] = _no_parts  # its sections of report.html
     conclude: Callable[[Run, Plan], None] = _nothing  # after the ranks, on the process that owns the run folder
+    nodes: Callable[[Run], list[NodeResult]] = _no_nodes  # the nodes it judged one by one, as the store keeps them
     run_defaults: Callable[[JobShape, bool], dict[str, Any]] = _no_defaults  # what `run` lays under the user's
     # options on this hardware (and with --quick)
     command: str | None = None  # the help of `clusterbench NAME`; None: a stage of `run` only
@@ -96,6 +101,10 @@ class Stage(Generic[Options, Plan]):
     writes_report: bool = False  # its own command renders report.html too (`run` always does)
     # Heavy modules its ranks import: local ranks fork from one process that imported them once.
     imports: tuple[str, ...] = ()
+
+    def add_arguments(self, p: Any) -> None:
+        """Its options, as its own command parses them (and `run`, under --NAME.), from their one declaration."""
+        add_options(p, self.options)
 
     def ran(self, run: Run) -> bool:
         """Whether run.json holds anything of this stage's."""

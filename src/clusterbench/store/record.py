@@ -21,6 +21,16 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class NodeResult:
+    """A node judged on its own within a run (a fleet's row): its hardware class, its figures and its verdict."""
+
+    node: str
+    klass: str
+    figures: dict[str, float]
+    verdict: str
+
+
+@dataclass(frozen=True)
 class RunRecord:
     uid: str  # the same run always has the same uid: importing it twice records it once
     command: str

@@ -27,7 +27,7 @@ STRAGGLER_SAMPLES = 2
 _SHOWN = 3
 
 
-def values(run: Run) -> dict[str, tuple[float, str]]:
+def telemetry_values(run: Run) -> dict[str, tuple[float, str]]:
     """Each metric this run's telemetry gives, with its note; absent where no device could tell."""
     if TELEMETRY.of(run) is None:
         return {}

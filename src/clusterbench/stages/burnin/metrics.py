@@ -279,7 +279,7 @@ def _windows(rows: list[Window]) -> str:
     return f"{len(rows)} windows" if all(w.spans == 1 for w in rows) else f"{len(rows)} stretches of windows"
 
 
-def conclude(b: Burnin, telemetry: Telemetry | None, cut_short: bool, rules: list[Rule] | None = None) -> Burnin:
+def judge_soak(b: Burnin, telemetry: Telemetry | None, cut_short: bool, rules: list[Rule] | None = None) -> Burnin:
     """The soak with its findings, its counters judged by `rules` (None: the shipped node rules), partial where the
     run did not complete or a device measured fewer windows than the soak has."""
     found = findings(b, telemetry, rules if rules is not None else node_rules.load())
@@ -293,7 +293,7 @@ def judged(run: Run) -> Burnin | None:
     b = section(run)
     if b is None or b.concluded:
         return b
-    return conclude(b, TELEMETRY.of(run), run.status != "complete")
+    return judge_soak(b, TELEMETRY.of(run), run.status != "complete")
 
 
 def _put_spread(m: Metrics, name: str, values: list[float], unit: str, *which: str) -> None:

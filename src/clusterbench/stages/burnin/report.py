@@ -7,10 +7,22 @@ import itertools
 
 import matplotlib.pyplot as plt
 
-from clusterbench.report.blocks import card, cards, details, esc, note, num, section, table
+from clusterbench.report.blocks import Part, card, cards, details, esc, note, num, section, table
 from clusterbench.report.plots import PALETTE, drawable, inline_svg, styled
 from clusterbench.results.findings import Finding
-from clusterbench.stages.burnin import metrics as analysis
+from clusterbench.results.run import Run
+from clusterbench.stages.burnin.metrics import (
+    FIGURES,
+    Drift,
+    drifts,
+    expected_windows,
+    judged,
+    measured,
+    partial,
+    series,
+    subject,
+    wrong_words,
+)
 from clusterbench.stages.burnin.records import Burnin, Window
 from clusterbench.units import human_bytes
 
@@ -20,8 +32,14 @@ _LEGEND_MAX = 12  # more devices than this: the lines stay, the legend would bur
 
 def _drawn(b: Burnin) -> list[tuple[str, str]]:
     """The figures some window holds: (field, words)."""
-    return [(figure, words) for figure, words, _ in analysis.FIGURES
+    return [(figure, words) for figure, words, _ in FIGURES
             if any(getattr(w, figure) is not None for w in b.windows)]
+
+
+def soak_parts(run: Run) -> list[Part]:
+    """The burn-in's section of a report, where the run soaked (`burnin`, or `fleet --burnin`)."""
+    found = judged(run)
+    return [] if found is None else [Part("burnin", "Burn-in", burnin_section(found), plot_count(found))]
 
 
 def plot_count(b: Burnin) -> int:
@@ -29,26 +47,26 @@ def plot_count(b: Burnin) -> int:
 
 
 def burnin_section(b: Burnin) -> str:
-    """The section of a concluded soak (analyse/burnin.judged)."""
-    by = analysis.series(b.windows)
+    """The section of a concluded soak (metrics.judged)."""
+    by = series(b.windows)
     found = b.findings
-    wrong = analysis.wrong_words(b)
+    wrong = wrong_words(b)
     body = cards([
         card("soak", f"{num(b.elapsed_s, 3)} s", f"of {num(b.duration_s, 4)} s asked" + (f" ({esc(b.level)})"
                                                                                         if b.level else "")),
-        card("windows", str(min((analysis.measured(rows) for rows in by.values()), default=0)),
-             f"of {analysis.expected_windows(b)}, {num(b.window_s, 3)} s each, per device"),
+        card("windows", str(min((measured(rows) for rows in by.values()), default=0)),
+             f"of {expected_windows(b)}, {num(b.window_s, 3)} s each, per device"),
         card("devices", str(len(by))),
         card("wrong words", str(wrong), f"in {esc(human_bytes(b.memory_bytes))} per device"),
     ])
-    if analysis.partial(b):
+    if partial(b):
         body += note("The soak was cut short: judged on the windows it measured, and never passed.", "fail")
     spans = max((w.spans for w in b.windows), default=1)
     if spans > 1:
         body += note(f"Each point stands for {spans} windows merged (run.json keeps a long soak's series thinned); "
                      "burnin.csv holds every window.")
-    drifts = analysis.drifts(b)
-    plots = [_plot(b, by, figure, words, [d for d in drifts if d.figure == figure]) for figure, words in _drawn(b)]
+    fell = drifts(b)
+    plots = [_plot(b, by, figure, words, [d for d in fell if d.figure == figure]) for figure, words in _drawn(b)]
     for pair in itertools.zip_longest(*[iter(plots)] * 2, fillvalue=""):
         body += f'<div class="op"><div>{pair[0]}</div><div>{pair[1]}</div></div>'
     body += "<h3>Findings</h3>" + (_findings(found) if found else note("Nothing found."))
@@ -69,7 +87,7 @@ def _findings(found: list[Finding]) -> str:
     return table(["severity", "subject", "finding", "action"], rows, numeric_from=4)
 
 
-def _plot(b: Burnin, by: dict[int, list[Window]], figure: str, words: str, drifts: list[analysis.Drift]) -> str:
+def _plot(b: Burnin, by: dict[int, list[Window]], figure: str, words: str, fell: list[Drift]) -> str:
     """One figure against time, a line per device (the busbw once: every rank holds the job's), each drift's
     start a dashed line, a steady decline its fitted line."""
     if figure == "busbw_gbps":
@@ -86,8 +104,8 @@ def _plot(b: Burnin, by: dict[int, list[Window]], figure: str, words: str, drift
                              [getattr(w, figure) for w in rows if getattr(w, figure) is not None])
             if shown:
                 ax.plot(*zip(*shown), marker="o", markersize=2.5, linewidth=1.2, color=colors[rank], label=label)
-        for d in drifts:
-            color = next((colors[r] for r, rows in by.items() if analysis.subject(rows[0]) == d.subject), PALETTE[-1])
+        for d in fell:
+            color = next((colors[r] for r, rows in by.items() if subject(rows[0]) == d.subject), PALETTE[-1])
             if d.shape == "step":
                 ax.axvline(d.start_s, color=color, linestyle="--", linewidth=1)
             else:

@@ -10,8 +10,16 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 from clusterbench.report.blocks import esc, note, num, pct, section, table
 from clusterbench.report.plots import PAIR_SIZE, PALETTE, drawable, inline_svg, styled
 from clusterbench.results.run import Run
-from clusterbench.stages.comm import predict as pr
 from clusterbench.stages.comm.cost_model import bent, groups, row_time, span
+from clusterbench.stages.comm.predict import (
+    ALGORITHMS,
+    Cluster,
+    Prediction,
+    measured_links,
+    named_link,
+    powers_of_two,
+    predict,
+)
 from clusterbench.stages.comm.records import COST_MODEL, CostModel
 from clusterbench.units import duration, human_bytes
 
@@ -46,8 +54,8 @@ def cost_model_section(run: Run) -> str:
     target = target_cluster(run, model)
     if target is not None:
         cluster, assumed = target
-        predictions = pr.predict(cluster, "all_reduce", pr.powers_of_two(1024, 16 * 1024**3))
-        best = pr.predict(cluster, "all_reduce", [_PLANNING_SIZE])[0].winner
+        predictions = predict(cluster, "all_reduce", powers_of_two(1024, 16 * 1024**3))
+        best = predict(cluster, "all_reduce", [_PLANNING_SIZE])[0].winner
         body += note(esc(f"Target: {cluster.nodes} nodes like this one ({cluster.gpus_per_node} ranks each)"
                          f"{assumed}. all_reduce of 1 GiB: {duration(best.time_us)} by {best.algorithm}, "
                          f"busbw {best.busbw_gb_s:.4g} GB/s."))
@@ -59,9 +67,9 @@ def cost_model_section(run: Run) -> str:
     return section("model", "Alpha-beta model", body, lead=lead)
 
 
-def target_cluster(run: Run, model: CostModel) -> tuple[pr.Cluster, str] | None:
+def target_cluster(run: Run, model: CostModel) -> tuple[Cluster, str] | None:
     """TARGET_NODES nodes like the measured one; their network is the measured one, else NDR (assumed)."""
-    links = pr.measured_links(model)
+    links = measured_links(model)
     if "intra" not in links:
         return None
     per_node: dict[str, int] = {}
@@ -70,13 +78,13 @@ def target_cluster(run: Run, model: CostModel) -> tuple[pr.Cluster, str] | None:
     gpus = max(per_node.values(), default=run.env.world_size or 1)
     inter, assumed = links.get("inter"), ""
     if inter is None:
-        inter, assumed = pr.named_link("ndr"), ", joined by InfiniBand NDR (assumed: no inter-node link was measured)"
-    return pr.Cluster(TARGET_NODES, gpus, links["intra"], inter), assumed
+        inter, assumed = named_link("ndr"), ", joined by InfiniBand NDR (assumed: no inter-node link was measured)"
+    return Cluster(TARGET_NODES, gpus, links["intra"], inter), assumed
 
 
 def _fit_plot(run: Run, model: CostModel, op: str) -> str:
     """Measured points, the fitted line and, where the model has the op, each algorithm on the measured shape."""
-    links = pr.measured_links(model)
+    links = measured_links(model)
     with styled():
         fig, ax = plt.subplots(figsize=PAIR_SIZE)
         colors = iter(PALETTE)
@@ -91,9 +99,9 @@ def _fit_plot(run: Run, model: CostModel, op: str) -> str:
             _plot(ax, sizes, [fit.alpha_us + fit.beta_us_per_byte * s for s in sizes], color=color, linewidth=1.4,
                   label="fit")
             nodes = max(r.nodes for r in rows) if link == "inter" else 1
-            if op in pr.ALGORITHMS and "intra" in links and (nodes == 1 or "inter" in links) and n % nodes == 0:
-                shape = pr.Cluster(nodes, n // nodes, links["intra"], links.get("inter"))
-                for (name, time), style in zip(pr.ALGORITHMS[op].items(), (":", "--", "-.")):
+            if op in ALGORITHMS and "intra" in links and (nodes == 1 or "inter" in links) and n % nodes == 0:
+                shape = Cluster(nodes, n // nodes, links["intra"], links.get("inter"))
+                for (name, time), style in zip(ALGORITHMS[op].items(), (":", "--", "-.")):
                     _plot(ax, sizes, [time(shape, s) for s in sizes], style, color=color, linewidth=1,
                           label=f"model: {name}")
         _axes(ax, "time per call (µs)")
@@ -101,7 +109,7 @@ def _fit_plot(run: Run, model: CostModel, op: str) -> str:
     return inline_svg(fig, f"model-{op}")
 
 
-def prediction_svg(cluster: pr.Cluster, op: str, predictions: Sequence[pr.Prediction], name: str = "model") -> str:
+def prediction_svg(cluster: Cluster, op: str, predictions: Sequence[Prediction], name: str = "model") -> str:
     """Predicted busbw per algorithm against size; the winner at each size is ringed."""
     with styled():
         fig, ax = plt.subplots(figsize=PAIR_SIZE)

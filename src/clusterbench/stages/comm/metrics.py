@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clusterbench.analyse.metrics import SIZE_CLASSES, Metrics, mean, size_class
+from clusterbench.nccl.metrics import nccl_values
 from clusterbench.results.run import Run
 from clusterbench.stages.comm import pairs, teams
 from clusterbench.stages.comm.links import link_line
@@ -35,6 +36,9 @@ def metrics(run: Run, m: Metrics) -> None:
             _busbw(op, op_rows, line, line_text, m)
         else:
             m.absent[f"comm.{op}.link_share"] = "one rank has no bus bandwidth"
+    if m.values.get("comm.all_reduce.link_share", 0) > 1 and nccl_values(run).get("nccl.nvls", (0, ""))[0]:
+        m.notes["comm.all_reduce.link_share"] += ("; NCCL set up NVLS channels (its log), and NVLS reduces in the "
+                                                  "NVSwitch, which lets busbw pass the link")
 
 
 def _scoped(rows: list[CommRow], m: Metrics) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from clusterbench import argtypes
+from clusterbench.argtypes import option
 from clusterbench.collectives import ALL_OPS, BUILT_ALGORITHMS, COLLECTIVES, NCCL_ALGORITHMS, REDUCE_OPS
-from clusterbench.stages.comm.records import CommOptions
+from clusterbench.results.codec import AT_LEAST_ONE, MESSAGE_BYTES, NONNEGATIVE, POSITIVE, bounds
 from clusterbench.units import BANDWIDTH_UNITS
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
@@ -62,48 +64,56 @@ def dtype_name(text: str) -> str:
     return name
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ops", type=ops_list, help="comma-separated ops, or 'all' (default: all_reduce)")
-    p.add_argument("-b", "--min-bytes", dest="min_bytes", type=argtypes.size,
-                   help="smallest message (suffixes K, M, G; default 8)")
-    p.add_argument("-e", "--max-bytes", dest="max_bytes", type=argtypes.size,
-                   help="largest message (default 64M on CPU, 1G on GPU capped by free memory)")
-    p.add_argument("-f", "--step-factor", dest="step_factor", type=argtypes.real(1.0),
-                   help="size multiplier per step (default 2)")
-    p.add_argument("--dtype", type=dtype_name, help="default float32")
-    p.add_argument("--reduce-op", choices=tuple(REDUCE_OPS), help="default sum")
-    p.add_argument("--in-place", action="store_true", help="run all_gather / reduce_scatter in place")
-    p.add_argument("--root", type=argtypes.whole(0), help="root rank of broadcast, reduce, gather, scatter")
-    p.add_argument("--bidirectional", action="store_true", help="pt2pt: send both ways at once")
-    p.add_argument("--iters", type=argtypes.auto_or(argtypes.whole(1)),
-                   help="timed iterations per size, or auto (default)")
-    p.add_argument("--warmup", type=argtypes.whole(1), help="warm-up iterations per size, at least 1 (default 5)")
-    p.add_argument("--time-budget", dest="time_budget_s", type=argtypes.real(0.0),
-                   help=f"--iters auto: seconds of timed iterations per size at most "
-                        f"(default {CommOptions.time_budget_s:g})")
-    p.add_argument("--rank-time", choices=RANK_TIME, help="how per-rank times combine (default max: the slowest)")
-    p.add_argument("--timing", choices=TIMINGS,
-                   help="stamps: a clock read per call (p50/p99 per call); loop: one around a batch (nccl-tests' "
-                        "default); graph: the batch as a CUDA graph (GPU, NCCL). Default: loop on GPU, stamps on CPU")
-    p.add_argument("--rotate", action=argparse.BooleanOptionalAction,
-                   help="move the buffers' offset every call through memory of the largest size, so that sizes "
-                        "that fit in a cache are not timed warm, as nccl-tests does (default on)")
-    p.add_argument("--check", action=argparse.BooleanOptionalAction,
-                   help="verify every output element after timing (default on)")
-    p.add_argument("--unit", choices=tuple(BANDWIDTH_UNITS), help="bandwidth unit (default Gbps)")
-    g = p.add_argument_group("many nodes")
-    g.add_argument("--scope", choices=(*SCOPES, "all"),
-                   help="global: the whole job (default); intra: inside each node, all nodes at once; "
-                        "inter: one rank per node, rail by rail; all: the three in turn")
-    g.add_argument("--pattern", choices=tuple(PATTERN_OPS) + ("pairwise",),
-                   help="single: the sweep (default); ring: each rank sends to the next (sendrecv); "
-                        "incast: all send to --root; pairwise: every pair alone, each way, to find the slow one")
-    g.add_argument("--flag-below", dest="flag_below", type=argtypes.real(0.0, maximum=1.0),
-                   help="pairwise: flag a pair, rank or node below this fraction of its class's median (default 0.8)")
-    g.add_argument("--nodes-only", dest="nodes_only", action="store_true",
-                   help="pairwise: one rank per node, for large fleets")
-    p.add_argument("--algo", dest="algos", type=algo_list,
-                   help=f"the native op and/or collectives built from send/recv, side by side "
-                        f"({', '.join(BUILT_ALGORITHMS)}; comma-separated; default native)")
-    g.add_argument("--nccl-algo", dest="nccl_algos", type=nccl_algos,
-                   help=f"NCCL: sweep once per algorithm, side by side ({', '.join(NCCL_ALGORITHMS)}; comma-separated)")
+@dataclass(frozen=True)
+class CommOptions:
+    """The comm sweep as asked for, each option declared once (defaults: `clusterbench comm`'s own), as run.json
+    keeps it (`comm_options`)."""
+
+    ops: tuple[str, ...] = option(("all_reduce",), "--ops", type=ops_list, help="comma-separated ops, or 'all'")
+    bidirectional: bool = option(False, "--bidirectional", action="store_true", help="pt2pt: send both ways at once")
+    min_bytes: int = option(8, "-b", "--min-bytes", type=argtypes.size, meta=MESSAGE_BYTES,
+                            help="smallest message (suffixes K, M, G)")
+    max_bytes: int | None = option(None, "-e", "--max-bytes", type=argtypes.size, meta=MESSAGE_BYTES,
+                                   help="largest message", shown="64M on CPU, 1G on GPU capped by free memory")
+    step_factor: float = option(2.0, "-f", "--step-factor", type=argtypes.real(1.0), meta=bounds(1),
+                                help="size multiplier per step")
+    dtype: str = option("float32", "--dtype", type=dtype_name, help=f"one of {', '.join(DTYPES)}")
+    reduce_op: str = option("sum", "--reduce-op", choices=tuple(REDUCE_OPS), help="the reduction")
+    in_place: bool = option(False, "--in-place", action="store_true", help="run all_gather / reduce_scatter in place")
+    root: int = option(0, "--root", type=argtypes.whole(0), meta=NONNEGATIVE,
+                       help="root rank of broadcast, reduce, gather, scatter")
+    iters: int | None = option(None, "--iters", type=argtypes.auto_or(argtypes.whole(1)), meta=AT_LEAST_ONE,
+                               help="timed iterations per size, or auto", shown="auto")
+    warmup: int = option(5, "--warmup", type=argtypes.whole(1), meta=NONNEGATIVE,
+                         help="warm-up iterations per size, at least 1")
+    time_budget_s: float = option(0.05, "--time-budget", type=argtypes.real(0.0), meta=POSITIVE,
+                                  help="--iters auto: seconds of timed iterations per size at most")
+    rank_time: str = option("max", "--rank-time", choices=RANK_TIME, help="how per-rank times combine (max: the "
+                            "slowest)")
+    timing: str | None = option(None, "--timing", choices=TIMINGS, shown="loop on GPU, stamps on CPU",
+                                help="stamps: a clock read per call (p50/p99 per call); loop: one around a batch "
+                                     "(nccl-tests' default); graph: the batch as a CUDA graph (GPU, NCCL)")
+    check: bool = option(True, "--check", action=argparse.BooleanOptionalAction,
+                         help="verify every output element after timing")
+    rotate: bool = option(True, "--rotate", action=argparse.BooleanOptionalAction,
+                          help="move the buffers' offset every call through memory of the largest size, so that "
+                               "sizes that fit in a cache are not timed warm, as nccl-tests does")
+    unit: str = option("Gbps", "--unit", choices=tuple(BANDWIDTH_UNITS), help="bandwidth unit")
+    scope: str = option("global", "--scope", choices=(*SCOPES, "all"), group="many nodes",
+                        help="global: the whole job; intra: inside each node, all nodes at once; inter: one rank "
+                             "per node, rail by rail; all: the three in turn")
+    pattern: str = option("single", "--pattern", choices=tuple(PATTERN_OPS) + ("pairwise",), group="many nodes",
+                          help="single: the sweep; ring: each rank sends to the next (sendrecv); incast: all send to "
+                               "--root; pairwise: every pair alone, each way, to find the slow one")
+    flag_below: float = option(0.8, "--flag-below", type=argtypes.real(0.0, maximum=1.0), meta=NONNEGATIVE,
+                               group="many nodes",
+                               help="pairwise: flag a pair, rank or node below this fraction of its class's median")
+    nodes_only: bool = option(False, "--nodes-only", action="store_true", group="many nodes",
+                              help="pairwise: one rank per node, for large fleets")
+    nccl_algos: tuple[str, ...] = option((), "--nccl-algo", type=nccl_algos, group="many nodes", shown="",
+                                         help=f"NCCL: sweep once per algorithm, side by side "
+                                              f"({', '.join(NCCL_ALGORITHMS)}; comma-separated)")
+    algos: tuple[str, ...] = option(("native",), "--algo", type=algo_list,
+                                    help=f"the native op and/or collectives built from send/recv, side by side "
+                                         f"({', '.join(BUILT_ALGORITHMS)}; comma-separated)")
+

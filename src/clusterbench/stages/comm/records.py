@@ -19,6 +19,7 @@ from clusterbench.results.codec import (
     bounds,
 )
 from clusterbench.results.run import Section
+from clusterbench.stages.comm.options import CommOptions
 
 LinkName = Literal["intra", "inter"]
 
@@ -71,37 +72,6 @@ class CostModel:
     def __post_init__(self) -> None:
         if self.size_range is not None and self.size_range[0] > self.size_range[1]:
             raise ValueError(f"size_range {self.size_range[0]}..{self.size_range[1]} is empty")
-
-
-@dataclass(frozen=True)
-class CommOptions:
-    """The comm sweep as asked for (defaults: `clusterbench comm`'s own)."""
-
-    ops: tuple[str, ...] = ("all_reduce",)
-    bidirectional: bool = False  # pt2pt sends both ways at once
-    min_bytes: int = field(default=8, metadata=MESSAGE_BYTES)
-    # None: the device's default (64 MiB CPU; 1 GiB capped by free memory GPU)
-    max_bytes: int | None = field(default=None, metadata=MESSAGE_BYTES)
-    step_factor: float = field(default=2.0, metadata=bounds(1))
-    dtype: str = "float32"
-    reduce_op: str = "sum"
-    in_place: bool = False
-    root: int = field(default=0, metadata=NONNEGATIVE)
-    iters: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: auto
-    warmup: int = field(default=5, metadata=NONNEGATIVE)
-    time_budget_s: float = field(default=0.05, metadata=POSITIVE)
-    rank_time: str = "max"
-    timing: str | None = None  # stamps, loop or graph; None: loop on GPUs, stamps on CPUs
-    check: bool = True
-    rotate: bool = True  # buffers' offsets moved between calls, as nccl-tests does (comm/rotation.py)
-    unit: str = "Gbps"
-    scope: str = "global"  # global, intra, inter or all (docs/methodology.md §8)
-    pattern: str = "single"  # single (the sweep), ring, incast or pairwise
-    flag_below: float = field(default=0.8, metadata=NONNEGATIVE)  # pairwise: flag what is below this fraction of its class's median
-    nodes_only: bool = False  # pairwise: one rank per node
-    nccl_algos: tuple[str, ...] = ()  # sweep once per NCCL_ALGO (scope "algo") in place of the global sweep
-    algos: tuple[str, ...] = ("native",)  # --algo: the native op and/or send/recv algorithms, side by side
-
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from clusterbench.collectives import ALL_OPS
 from clusterbench.report.blocks import Part
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
-from clusterbench.stages.comm import metrics, options, plan
+from clusterbench.stages.comm import plan
 from clusterbench.stages.comm.cost_model import fit_cost_model
+from clusterbench.stages.comm.metrics import metrics
 from clusterbench.stages.comm.records import COMM, COMM_OPTIONS, COST_MODEL, PAIRS, CommOptions
 from clusterbench.stages.stage import Context, Stage
 
@@ -42,11 +43,11 @@ def work(rank: Rank, sweep_plan: plan.CommPlan) -> None:
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
     from clusterbench.stages.comm import cost_model_report, pairs_report
-    from clusterbench.stages.comm import report as sections
+    from clusterbench.stages.comm.report import comm_section, plot_count
 
     parts = []
     if COMM.of(run):
-        parts.append(Part("comm", "Communication", sections.comm_section(run, metrics), sections.plot_count(run)))
+        parts.append(Part("comm", "Communication", comm_section(run, metrics), plot_count(run)))
     if COST_MODEL.of(run):
         parts.append(Part("model", "Model", cost_model_report.cost_model_section(run), cost_model_report.plot_count(run)))
     if PAIRS.of(run):
@@ -60,7 +61,7 @@ def conclude(run: Run, sweep_plan: plan.CommPlan) -> None:
 
 COMM_STAGE = Stage(
     name="comm", options=CommOptions, resolve=resolve, work=work, sections=(COMM_OPTIONS, COMM, PAIRS, COST_MODEL),
-    add_arguments=options.add_arguments, metrics=metrics.metrics, report=report, conclude=conclude,
+    metrics=metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="collective-communication benchmark over torch.distributed",
     checks=("comm correctness", "NCCL network"),
 )

@@ -18,10 +18,9 @@ import random
 from collections import defaultdict
 
 from clusterbench.stages.comm import schedule
+from clusterbench.stages.fleet.options import ALL_UP_TO
 from clusterbench.stages.fleet.records import Coverage
 
-ALL_UP_TO = 128  # every pair up to this many nodes (docs/methodology.md §16 says why)
-PARTNERS = 8  # distinct partners per node beyond it, unless --partners says otherwise
 INSIDE_SHARE = 0.25  # with a topology: this share of the rounds inside the racks (one at least)
 CANDIDATES = 4  # with a topology: rounds across are chosen among this many times as many drawn
 

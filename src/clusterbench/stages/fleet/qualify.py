@@ -24,7 +24,7 @@ from clusterbench.stages.comm import scopes
 from clusterbench.stages.comm.pairwise import PAIR_BYTES, measure_rounds
 from clusterbench.stages.comm.records import CommOptions
 from clusterbench.stages.fleet import coverage, links, local
-from clusterbench.stages.fleet.options import ONE_NODE, FleetOptions
+from clusterbench.stages.fleet.options import ONE_NODE, PARTNERS, FleetOptions
 from clusterbench.stages.fleet.records import Fleet
 from clusterbench.stages.fleet.report import SHOWN_ALL
 
@@ -80,7 +80,7 @@ def qualify(rank: Rank, plan: FleetOptions, topology: Topology | None = None, bu
     leaders = [ranks[0] for ranks in nodes.values()]
     opts = CommOptions(iters=plan.pair_iters, flag_below=plan.pair_bar, nodes_only=True)
     size = plan.pair_bytes or PAIR_BYTES.get(worker.device.type, PAIR_BYTES["cpu"])
-    schedule, fleet.coverage = coverage.plan(len(nodes), _mode(plan), plan.partners or coverage.PARTNERS, seed,
+    schedule, fleet.coverage = coverage.plan(len(nodes), _mode(plan), plan.partners or PARTNERS, seed,
                                              [fleet.racks[n] for n in nodes] if fleet.racks else None)
     if rank.folder is not None:
         rank.folder.record(fleet=fleet)

@@ -4,12 +4,10 @@ ones named and proven, the exclude list out. In `run` across several nodes it ru
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterbench import argtypes
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule
@@ -20,16 +18,16 @@ from clusterbench.nodechecks import node_rules
 from clusterbench.report.blocks import Part
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
-from clusterbench.stages.burnin import metrics as burnin_analysis
-from clusterbench.stages.burnin import plan as burnin_plan
-from clusterbench.stages.burnin import stage as burnin_stage
-from clusterbench.stages.burnin.plan import BurninPlan
+from clusterbench.stages.burnin.metrics import judge_soak, section
+from clusterbench.stages.burnin.options import BurninOptions
+from clusterbench.stages.burnin.plan import BurninPlan, plan_of
 from clusterbench.stages.burnin.records import BURNIN
-from clusterbench.stages.fleet import actions, conclusion, coverage
+from clusterbench.stages.fleet import actions, conclusion
 from clusterbench.stages.fleet.options import ONE_NODE, FleetOptions
 from clusterbench.stages.fleet.records import FLEET, Band
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.stages.train.stage import MODEL_IMPORTS
+from clusterbench.store.record import NodeResult
 from clusterbench.telemetry.records import TELEMETRY
 
 if TYPE_CHECKING:
@@ -44,46 +42,6 @@ class FleetJob:
     counter_rules: list[Rule] = field(default_factory=list)  # from --node-rules, or the shipped node rules
     burnin: BurninPlan | None = None  # from --burnin: the soak after the node-local phase
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair-bytes", type=argtypes.size, help="bytes each way per pair (default 4M CPU, 256M GPU)")
-    p.add_argument("--pair-iters", type=argtypes.whole(1, 1000),
-                   help="messages timed per pair and way (default 5; a retest times 10 at least)")
-    p.add_argument("--pair-bar", type=argtypes.real(0.0, maximum=1.0),
-                   help="a pair is slow below this x the median pair (default 0.5)")
-    p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False, maximum=1.0),
-                   help="a node's own figure is out when this far below its class's median, and 4 robust "
-                        "spreads (default 0.1)")
-    p.add_argument("--peak-seconds", type=argtypes.real(0.0, maximum=60.0),
-                   help="seconds per node-local peak (default 0.3)")
-    p.add_argument("--numerics-steps", type=argtypes.whole(0, 1000),
-                   help="steps of the numerics task each device trains for the vote; 0: no vote (default 8)")
-    p.add_argument("--global", dest="whole", action="store_true",
-                   help="also an all_reduce across every node (one rank each); where it falls short of the pairs, "
-                        "halve the fleet to find the smallest set of nodes that explains it")
-    p.add_argument("--pairs", choices=("all", "sampled"),
-                   help=f"which pairs of nodes the rounds measure: every pair, or each node against --partners "
-                        f"others drawn at random (default: every pair up to {coverage.ALL_UP_TO} nodes, sampled "
-                        "beyond)")
-    p.add_argument("--partners", type=argtypes.whole(2), metavar="K",
-                   help=f"sampled pairs: distinct partners per node, in K rounds (default {coverage.PARTNERS}; "
-                        "alone, it asks for sampled pairs at any fleet size)")
-    p.add_argument("--seed", type=argtypes.whole(0), help="sampled pairs: the seed that draws them (default: drawn, "
-                                                          "and recorded in run.json)")
-    p.add_argument("--topology", type=Path, metavar="FILE",
-                   help="which leaf switch each node hangs from: Slurm's topology.conf, or one `NODE SWITCH` a line; "
-                        "pairs are drawn inside and across racks, and a fault a rack's nodes share names its switch")
-    p.add_argument("--baseline", type=Path, metavar="RUN",
-                   help="judge the nodes by the bands of an earlier fleet run (its folder or run.json), or of a "
-                        "baseline from the store (baseline --from-store), of this hardware class, not by this "
-                        "fleet's own")
-    node_rules.add_argument(p)
-    p.add_argument("--burnin", type=burnin_plan.duration, metavar="DURATION",
-                   help="after the node-local phase, every device of every node under sustained load for DURATION "
-                        "(90, 10m, 2h: clusterbench burnin's soak); what only time shows excludes its node")
-    p.add_argument("--exclude-out", type=Path, metavar="FILE", help="write the excluded nodes there, one per line")
-    p.add_argument("--drain", action="store_true", help="under Slurm: drain the excluded nodes with scontrol")
-    p.add_argument("--dry-run", action="store_true", help="with --drain: print the scontrol commands, run none")
 
 
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
@@ -108,7 +66,7 @@ def resolve(opts: FleetOptions, context: Context) -> FleetJob:
         raise UsageError(ONE_NODE)
     soak = None
     if opts.burnin is not None:
-        soak = burnin_plan.plan_of(burnin_plan.BurninOptions(duration=opts.burnin), None, context.shape.local_ranks)
+        soak = plan_of(BurninOptions(duration=opts.burnin), None, context.shape.local_ranks)
     return FleetJob(opts, bands, found, node_rules.load(opts.node_rules), soak)
 
 
@@ -143,11 +101,12 @@ def work(rank: Rank, job: FleetJob) -> None:
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
-    from clusterbench.stages.fleet.report import fleet_section  # only where a report is rendered
+    from clusterbench.stages.burnin.report import soak_parts  # matplotlib: only where a report is rendered
+    from clusterbench.stages.fleet.report import fleet_section
 
     if FLEET.of(run) is None or not FLEET.of(run).nodes:
         return []
-    return [Part("nodes", "Nodes", fleet_section(FLEET.of(run))), *burnin_stage.report(run, metrics)]
+    return [Part("nodes", "Nodes", fleet_section(FLEET.of(run))), *soak_parts(run)]
 
 
 def conclude(run: Run, job: FleetJob) -> None:
@@ -155,9 +114,9 @@ def conclude(run: Run, job: FleetJob) -> None:
         return
     from clusterbench.stages.fleet.report import SHOWN_ALL  # the report folds the passing rows past as many
 
-    soaked = burnin_analysis.section(run)
+    soaked = section(run)
     if soaked is not None:
-        soaked = burnin_analysis.conclude(soaked, TELEMETRY.of(run), run.status != "complete", job.counter_rules)
+        soaked = judge_soak(soaked, TELEMETRY.of(run), run.status != "complete", job.counter_rules)
         BURNIN.set(run, soaked)
     fleet = conclusion.conclude(run, FLEET.of(run), job.bands, job.counter_rules,
                                 soaked.findings if soaked is not None else [])
@@ -196,9 +155,15 @@ def conclude(run: Run, job: FleetJob) -> None:
             print(f"  {line}", flush=True)
 
 
+def node_results(run: Run) -> list[NodeResult]:
+    """Every node's row, as the results store keeps it: history and baselines follow the nodes one by one."""
+    fleet = FLEET.of(run)
+    return [NodeResult(r.node, r.klass, r.metrics, r.verdict) for r in fleet.nodes] if fleet is not None else []
+
+
 FLEET_STAGE = Stage(
-    name="fleet", options=FleetOptions, resolve=resolve, work=work, sections=(FLEET,),
-    add_arguments=add_arguments, metrics=conclusion.metrics, report=report, conclude=conclude,
+    name="fleet", options=FleetOptions, resolve=resolve, work=work, sections=(FLEET,), nodes=node_results,
+    metrics=conclusion.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
     checks=("fleet", "fleet job-wide", "fleet job-wide warnings"), writes_report=True, imports=("clusterbench.stages.fleet.qualify", *MODEL_IMPORTS),
 )

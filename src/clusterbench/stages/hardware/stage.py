@@ -4,16 +4,16 @@ each rank runs against its GPU."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.argtypes import option
 from clusterbench.report.blocks import Part
 from clusterbench.report.placement import placement_section
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
-from clusterbench.stages.hardware import metrics as hardware
+from clusterbench.stages.hardware.metrics import metrics
 from clusterbench.stages.hardware.records import HARDWARE
 from clusterbench.stages.hardware.report import hardware_section
 from clusterbench.stages.stage import Stage, as_given
@@ -24,12 +24,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class HardwareOptions:
-    pcie_load: bool = False  # read each GPU's PCIe link while its rank keeps it busy
+    pcie_load: bool = option(False, "--pcie-load", action="store_true",
+                             help="re-read each GPU's PCIe link while its rank keeps it busy (idle GPUs park their "
+                                  "links)")
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pcie-load", action="store_true",
-                   help="re-read each GPU's PCIe link while its rank keeps it busy (idle GPUs park their links)")
 
 
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
@@ -73,5 +71,5 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
 
 HARDWARE_STAGE = Stage(
     name="hardware", options=HardwareOptions, resolve=as_given, work=work, sections=(HARDWARE,),
-    add_arguments=add_arguments, metrics=hardware.metrics, report=report, run_defaults=run_defaults, optional=False,
+    metrics=metrics, report=report, run_defaults=run_defaults, optional=False,
 )

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from clusterbench import argtypes
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.argtypes import option
 from clusterbench.report.blocks import Part
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.hardware.records import HARDWARE
-from clusterbench.stages.peaks import metrics as peaks
+from clusterbench.stages.peaks.metrics import metrics
 from clusterbench.stages.peaks.records import PEAKS
 from clusterbench.stages.peaks.report import peaks_section
 from clusterbench.stages.stage import Stage, as_given
@@ -24,13 +25,6 @@ if TYPE_CHECKING:
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-@dataclass(frozen=True)
-class PeakOptions:
-    dtypes: tuple[str, ...] = ("float32", "bfloat16")
-    seconds: float = 1.0  # timed seconds per figure
-    size: int | None = None  # matmul n; None: 8192 on a GPU, 2048 / 1024 on a CPU
-
-
 def dtype_list(text: str) -> tuple[str, ...]:
     names = tuple(argtypes.names(text, "dtype"))
     unknown = [d for d in names if d not in DTYPES]
@@ -39,10 +33,14 @@ def dtype_list(text: str) -> tuple[str, ...]:
     return names
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtypes", type=dtype_list, help="comma-separated (default float32,bfloat16)")
-    p.add_argument("--seconds", type=argtypes.real(0.0), help="timed seconds per figure (default 1)")
-    p.add_argument("--size", type=argtypes.whole(1), help="matmul n (default 8192 GPU, 2048/1024 CPU)")
+@dataclass(frozen=True)
+class PeakOptions:
+    dtypes: tuple[str, ...] = option(("float32", "bfloat16"), "--dtypes", type=dtype_list, help="comma-separated")
+    seconds: float = option(1.0, "--seconds", type=argtypes.real(0.0), help="timed seconds per figure")
+    size: int | None = option(None, "--size", type=argtypes.whole(1), help="matmul n", shown="8192 GPU, 2048/1024 CPU")
+
+
+
 
 
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
@@ -53,7 +51,7 @@ def work(rank: Rank, opts: PeakOptions) -> None:
     # torch and the probes load on the ranks only: commands that read run folders read this module too.
     import torch.distributed as dist
 
-    from clusterbench.hw import peaks as measured
+    from clusterbench.hw.peaks import measure_device
     from clusterbench.hw.render import PEAK_HEADER, peak_lines
     from clusterbench.runtime.devices import device_name
     from clusterbench.stages.peaks.records import DevicePeaks, Peaks
@@ -62,7 +60,7 @@ def work(rank: Rank, opts: PeakOptions) -> None:
     device = rank.worker.device
     mine = None
     if device.type != "cpu" or rank.worker.rank == 0:  # one CPU is one device however many ranks share it
-        mine = measured.measure_device(str(device), device_name(device), list(opts.dtypes), opts.size, opts.seconds)
+        mine = measure_device(str(device), device_name(device), list(opts.dtypes), opts.size, opts.seconds)
     everyone: list[DevicePeaks | None] = [None] * rank.worker.world_size
     dist.all_gather_object(everyone, mine)
     found = [e for e in everyone if e is not None]
@@ -78,6 +76,6 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
 
 
 PEAKS_STAGE = Stage(
-    name="peaks", options=PeakOptions, resolve=as_given, work=work, sections=(PEAKS,), add_arguments=add_arguments,
-    metrics=peaks.metrics, report=report, run_defaults=run_defaults, optional=False,
+    name="peaks", options=PeakOptions, resolve=as_given, work=work, sections=(PEAKS,), 
+    metrics=metrics, report=report, run_defaults=run_defaults, optional=False,
 )

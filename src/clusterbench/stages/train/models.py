@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from clusterbench.errors import UsageError
-from clusterbench.inputs import documents as inputs
+from clusterbench.inputs.documents import read_json
 from clusterbench.stages.train import deferred
 from clusterbench.stages.train.presets import PRESETS
 
@@ -90,7 +90,7 @@ def resolve(preset: str | None, model_config: str | None, model_path: str | None
 def _read_config_json(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "config.json"
-    raw = inputs.read_json(path, f"model config {path}")
+    raw = read_json(path, f"model config {path}")
     if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
         raise UsageError(f'model config {path}: no "model_type" naming an architecture (expected a transformers '
                          'config.json)')

@@ -11,8 +11,8 @@ from clusterbench.report.blocks import Part
 from clusterbench.results.folder import RunFolder
 from clusterbench.results.run import Run
 from clusterbench.stages.stage import Context, Stage
-from clusterbench.stages.train import metrics as train_metrics
 from clusterbench.stages.train import options
+from clusterbench.stages.train.metrics import metrics
 from clusterbench.stages.train.records import TRAIN, TRAIN_STEPS, Train
 
 if TYPE_CHECKING:
@@ -36,11 +36,14 @@ def fine_tune(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
 
 def task_parts(train: Train | None, anchor: str, nav: str, title: str, lead: str = "") -> list[Part]:
     """A fine-tuning task's section of the report, when run.json has one."""
-    from clusterbench.stages.train import report as sections  # matplotlib: only where a report is rendered
+    from clusterbench.stages.train.report import (  # matplotlib: only where a report is rendered
+        plot_count,
+        train_section,
+    )
 
     if train is None:
         return []
-    return [Part(anchor, nav, sections.train_section(train, anchor, title, lead), sections.plot_count(train))]
+    return [Part(anchor, nav, train_section(train, anchor, title, lead), plot_count(train))]
 
 
 def _keep(folder: RunFolder, record: Train) -> None:
@@ -68,7 +71,7 @@ RANK_IMPORTS = ("clusterbench.stages.train.measure", "clusterbench.stages.train.
 
 TRAIN_STAGE = Stage(
     name="train", options=options.TrainOptions, resolve=resolve, work=work, sections=(TRAIN, TRAIN_STEPS),
-    add_arguments=options.add_arguments, metrics=train_metrics.metrics, report=report, conclude=conclude,
+    metrics=metrics, report=report, conclude=conclude,
     command="fine-tuning benchmark: tgs, TFLOPS/MFU, loss alignment", checks=("training", "loss alignment", "slow rank"),
     imports=RANK_IMPORTS,
 )
