@@ -96,6 +96,20 @@ def test_every_module_has_a_role_and_no_import_runs_back_up() -> None:
     assert upward == []
 
 
+# The command line's entry: the top level's only modules that are not shared basics.
+ENTRY = ("cli.py", "__main__.py")
+LONGEST = 400  # lines: past it a module is split by what it does
+
+
+def test_the_top_level_holds_only_the_shared_basics_and_no_module_is_long() -> None:
+    table = _role_table()
+    top = [path.name for path in PACKAGE.glob("*.py") if path.name not in ENTRY]
+    assert [name for name in top if _role_of(name, table) != "basics"] == []
+    long = [f"{rel}: {n} lines" for rel in _modules().values()
+            if (n := len((PACKAGE / rel).read_text().splitlines())) > LONGEST]
+    assert long == []
+
+
 def test_no_modules_import_each_other_in_a_circle() -> None:
     imports = _imports(_modules())
 

@@ -14,8 +14,8 @@ from beds import cpu_quota
 from conftest import finish, read_run, start_nodes
 
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.analyse.rules import default_rules, evaluate
-from clusterbench.stages.registry import expected_plots, load_run, render_report
+from clusterbench.analyse.rules import evaluate
+from clusterbench.stages.registry import default_rules, expected_plots, load_run, render_report
 from clusterbench.stages.train import display, stragglers
 from clusterbench.stages.train.metrics import metrics
 from clusterbench.stages.train.records import TRAIN, RankPhases

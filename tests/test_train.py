@@ -14,9 +14,9 @@ import pytest
 from conftest import GPT2, assert_one_line_error, read_run, run_cli, run_side_by_side
 
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.analyse.rules import default_rules, evaluate
+from clusterbench.analyse.rules import evaluate
 from clusterbench.errors import UsageError
-from clusterbench.stages.registry import load_run
+from clusterbench.stages.registry import default_rules, load_run
 from clusterbench.stages.train import flops, models
 from clusterbench.stages.train.data import share
 from clusterbench.stages.train.loop import accumulation, split

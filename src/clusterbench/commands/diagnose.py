@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 from clusterbench import flight
-from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import conclusive, overall
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.inputs import files
@@ -35,7 +34,7 @@ from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS
 from clusterbench.results.run import Run
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.hardware.records import HARDWARE
-from clusterbench.stages.registry import judge, load_run
+from clusterbench.stages.registry import default_rules, judge, load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,8 +6,8 @@ rank starts, the same per-rank work its own command runs. A stage's options are 
 --STAGE.OPTION (--comm.ops all_reduce, --train.preset llama-1b) or, for a stage that is also a
 command, in one string (--comm-args "--ops all_reduce"), parsed by that command's own parser.
 run's per-hardware defaults are typed values laid under what the user typed, never words added
-to it. After the ranks, the run is judged by rules (the shipped default_rules.yaml, or --rules
-FILE) and rendered into report.html.
+to it. After the ranks, the run is judged by rules (the shipped ones, registry.default_rules, or
+--rules FILE) and rendered into report.html.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from clusterbench import argtypes
 from clusterbench.analyse.expected import System, attach, tables
-from clusterbench.analyse.rules import Rule, default_rules, load_rules
+from clusterbench.analyse.rules import Rule, load_rules
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.errors import UsageError
 from clusterbench.results.run import Expected, Run
@@ -65,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-seconds", dest="peaks.seconds", type=argtypes.real(0.0), metavar="SECONDS",
                    help="seconds per measured peak (default 0.5; the same as --peaks.seconds)")
     p.add_argument("--rules", type=Path, metavar="YAML",
-                   help="the rules that give the verdicts (default: the shipped default_rules.yaml)")
+                   help="the rules that give the verdicts "
+                        "(default: the shipped default_rules.yaml and each stage's rules.yaml)")
     for stage in registry.STAGES:
         if not fields(stage.options):
             continue
@@ -141,7 +142,7 @@ class _Resolver:
 
 def prepare(args: argparse.Namespace, shape: JobShape) -> RunPlan:
     opts = RunOptions(**argtypes.given(args, RunOptions))
-    rules = load_rules(opts.rules) if opts.rules else default_rules()
+    rules = load_rules(opts.rules) if opts.rules else registry.default_rules()
     changes = [r.name for r in rules if r.function == "change"]
     if changes:
         raise UsageError(f"--rules {opts.rules}: rule {changes[0]!r} uses function change, which needs a baseline: "

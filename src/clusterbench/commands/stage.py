@@ -12,13 +12,12 @@ from typing import Any
 
 from clusterbench import argtypes
 from clusterbench.analyse import expected
-from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import judge
 from clusterbench.errors import EXIT_OK, RunFailed, UsageError
 from clusterbench.results.run import Run
 from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
-from clusterbench.stages.registry import STAGES, load_run, metrics_of, render_report
+from clusterbench.stages.registry import STAGES, default_rules, load_run, metrics_of, render_report
 from clusterbench.stages.stage import Context, NotRun, Stage
 
 
@@ -38,7 +37,7 @@ def conclude(stage: Stage, run: Run, plan: Any, run_dir: Path) -> int:
         print(line, flush=True)
     rules = [r for r in default_rules() if r.name in stage.checks]
     if len(rules) != len(stage.checks):  # a renamed default rule must not let failures pass
-        raise LookupError(f"default_rules.yaml lacks one of the checks {stage.checks}")
+        raise LookupError(f"the default rules lack one of the checks {stage.checks}")
     if stage.writes_report:
         print(f"# report: {render_report(run_dir, run)}", flush=True)
     for v in judge(metrics, run.expected, rules):

@@ -27,7 +27,6 @@ ROUNDS = 10  # iterations of the exclusion; it settles in two or three
 JUDGES_FROM = 3
 
 
-
 def out_of(band: Band, value: float, tolerance: float) -> bool:
     """Whether `value` is worse (lower) than the band allows."""
     short = band.median - value

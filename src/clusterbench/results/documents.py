@@ -80,58 +80,11 @@ class Baseline:
     source: str | None = None  # the store and the period it was built from
 
 
-@dataclass(frozen=True)
-class ReferenceModel:
-    preset: str
-    config_hash: str
-
-
-@dataclass(frozen=True)
-class ReferenceHardware:
-    device_type: str | None = None
-    devices: list[str] = field(default_factory=list)
-    torch: str | None = None
-
-
-@dataclass(frozen=True)
-class LossReference:
-    """A reference loss curve and the task that made it (docs/methodology.md §5)."""
-
-    task: str
-    model: ReferenceModel
-    global_batch: int = field(metadata=codec.AT_LEAST_ONE)
-    seq_len: int = field(metadata=codec.AT_LEAST_ONE)
-    packing: bool
-    steps: int = field(metadata=codec.AT_LEAST_ONE)
-    seed: int
-    dtype: str
-    lr: float = field(metadata=codec.NONNEGATIVE)
-    lr_warmup_steps: int = field(metadata=codec.NONNEGATIVE)
-    micro_batch: int = field(metadata=codec.AT_LEAST_ONE)
-    parallel: str
-    world_size: int = field(metadata=codec.AT_LEAST_ONE)
-    hardware: ReferenceHardware
-    clusterbench_version: str
-    command: list[str]
-    repeats: int = field(metadata=codec.AT_LEAST_ONE)
-    max_relative_deviation: float = field(metadata=codec.NONNEGATIVE)
-    noise_band: float = field(metadata=codec.NONNEGATIVE)
-    variance_limit: float = field(metadata=codec.NONNEGATIVE)
-    mre_limit: float = field(metadata=codec.NONNEGATIVE)
-    losses: list[float] = field(metadata=codec.POSITIVE)  # a cross-entropy the alignment divides by
-    kind: str = "clusterbench-loss-reference"
-    schema_version: int = 1
-
-
 # Its record and upgrades are the core's and each section's (results/run.py), read by RunFolder.load.
 RUN = DocumentKind(RUN_KIND, "run.json", SCHEMA_VERSION, Run,
                    legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
                    hint="run the command again with this clusterbench")
 BASELINE = DocumentKind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")
-REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, LossReference,
-                 # Written by 0.1 with "format" in place of "schema_version".
-                 legacy=lambda doc: doc.get("format") if doc.get("kind") == "clusterbench-loss-reference" else None,
-                 hint="make one with clusterbench train --save-reference")
 
 
 def versioned(path: Path, kind: DocumentKind, label: str | None = None) -> tuple[dict[str, Any], int]:

@@ -27,7 +27,7 @@ from clusterbench.nccl.records import NCCL
 from clusterbench.publish.recording import record_of
 from clusterbench.results import documents
 from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS, RunFolder, default_run_dir
-from clusterbench.results.run import Lost, Run
+from clusterbench.results.run import Lost, Run, Section
 from clusterbench.runtime import launch, launchers
 from clusterbench.runtime.command import Launch, RankCommand
 from clusterbench.runtime.dist import DistConfig, Worker, resolve
@@ -72,11 +72,12 @@ class _RankJob:
     run_dir: Path
     argv: tuple[str, ...]
     telemetry_hz: float
+    sections: dict[str, Section[Any]]  # run.json's, as the process that started the ranks knows them
 
 
 def _rank_main(worker: Worker, job: _RankJob, progress: Progress) -> None:
     env = environment(worker)  # a collective: every rank takes part
-    folder = run_folder(job.run_dir).begin(job.command, list(job.argv)) if worker.rank == 0 else None
+    folder = RunFolder(job.run_dir, job.sections).begin(job.command, list(job.argv)) if worker.rank == 0 else None
     if folder is not None:
         folder.record(env=env, hardware=describe())  # NVML and /sys only: starts no CUDA context
     telemetry = None
@@ -147,7 +148,7 @@ def run_ranks(cmd: RankCommand, args: argparse.Namespace) -> int:
     folder = run_folder(setup.run_dir)
     if owner:
         folder.claim(setup.overwrite)
-    job = _RankJob(cmd.name, cmd.work, options, setup.run_dir, tuple(sys.argv), setup.telemetry_hz)
+    job = _RankJob(cmd.name, cmd.work, options, setup.run_dir, tuple(sys.argv), setup.telemetry_hz, folder.sections)
     nccl_logs = setup.run_dir / NCCL_LOGS if setup.dist.backend == "nccl" else None
     work = launch.Job(_rank_main, job, setup.dist, setup.iface, nccl_logs, setup.run_dir / FLIGHT_DUMPS,
                       (cmd.work.__module__, *cmd.imports))

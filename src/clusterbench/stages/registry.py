@@ -11,7 +11,7 @@ from pathlib import Path
 
 from clusterbench.analyse import verdicts
 from clusterbench.analyse.metrics import Metrics, run_wide
-from clusterbench.analyse.rules import Rule
+from clusterbench.analyse.rules import Rule, load_rules, shared_rules
 from clusterbench.nccl.records import NCCL
 from clusterbench.report import html
 from clusterbench.report.blocks import Part
@@ -67,9 +67,14 @@ def metrics_of(run: Run) -> Metrics:
     return m
 
 
+def default_rules() -> list[Rule]:
+    """The rules `run` judges with unless given --rules: the shared default_rules.yaml, then each stage's own."""
+    return shared_rules() + [rule for stage in STAGES if stage.rules for rule in load_rules(stage.rules)]
+
+
 def judge(run: Run, rules: list[Rule] | None = None, metrics: Metrics | None = None) -> list[Verdict]:
     """The run judged now by the rules (the default ones unless given)."""
-    return verdicts.judge(metrics or metrics_of(run), run.expected, rules)
+    return verdicts.judge(metrics or metrics_of(run), run.expected, rules if rules is not None else default_rules())
 
 
 def report_parts(run: Run, metrics: Metrics, run_dir: Path | None = None) -> list[Part]:

@@ -97,6 +97,7 @@ class Stage(Generic[Options, Plan]):
     # options on this hardware (and with --quick)
     command: str | None = None  # the help of `clusterbench NAME`; None: a stage of `run` only
     checks: tuple[str, ...] = ()  # the default rules that decide its own command's exit code
+    rules: Path | None = None  # its own default rules (a rules.yaml beside its stage.py), judged after the shared ones
     optional: bool = True  # `run --skip NAME` may leave it out
     writes_report: bool = False  # its own command renders report.html too (`run` always does)
     # Heavy modules its ranks import: local ranks fork from one process that imported them once.

@@ -27,7 +27,6 @@ CHECKS = ("burnin memory", "burnin determinism", "burnin agreement", "burnin dri
           "burnin counter warnings", "burnin uncorrected ECC", "burnin corrected ECC", "burnin throttling")
 
 
-
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
     return {"in_run": True}
 
@@ -74,7 +73,7 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
 
 
 BURNIN_STAGE = Stage(
-    name="burnin", options=BurninOptions, resolve=resolve, work=work, sections=(BURNIN,), 
+    name="burnin", options=BurninOptions, resolve=resolve, work=work, sections=(BURNIN,),
     metrics=metrics, report=report, conclude=conclude, run_defaults=run_defaults,
     command="every device under sustained load for a duration: drifts, memory errors, silent corruption",
     checks=CHECKS, writes_report=True, imports=("clusterbench.stages.burnin.soak",),

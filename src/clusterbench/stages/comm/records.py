@@ -110,7 +110,6 @@ class CommRow:
         return text + (" in-place" if self.in_place else "")
 
 
-
 @dataclass(frozen=True, slots=True)  # slots: a fleet measuring every pair of 2,048 nodes holds 4.2 million
 class PairRow:
     """--pattern pairwise: one direction of one pair, as its receiver measured it (docs/methodology.md §8)."""

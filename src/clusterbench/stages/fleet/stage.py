@@ -43,7 +43,6 @@ class FleetJob:
     burnin: BurninPlan | None = None  # from --burnin: the soak after the node-local phase
 
 
-
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
     """In `run`: no fleet on one node, and a short one with --quick (no numerics vote: the canary
     and the train stage check the numerics there)."""

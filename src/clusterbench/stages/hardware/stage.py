@@ -29,7 +29,6 @@ class HardwareOptions:
                                   "links)")
 
 
-
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
     return {"pcie_load": shape.device_type == "cuda"}
 

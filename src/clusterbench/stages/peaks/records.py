@@ -20,7 +20,6 @@ class MatmulPeak:
     table_tflops: float | None = field(default=None, metadata=NONNEGATIVE)
 
 
-
 @dataclass(frozen=True)
 class CopyPeak:
     device: str
@@ -28,7 +27,6 @@ class CopyPeak:
     gbps: float = field(metadata=NONNEGATIVE)  # read and write both counted
     iters: int = field(metadata=AT_LEAST_ONE)
     seconds: float = field(metadata=SECONDS)
-
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,6 @@ class DevicePeaks:
     name: str
     matmul: list[MatmulPeak]
     copy: CopyPeak
-
 
 
 @dataclass(frozen=True)

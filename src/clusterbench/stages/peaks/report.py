@@ -40,6 +40,5 @@ def peaks_section(peaks: Peaks, hw: Hardware | None) -> str:
     return section("peaks", "Peaks", body, lead="What this hardware reaches on a dense GEMM and a memory copy.")
 
 
-
 def _datasheet(name: str | None, dtype: str) -> float | None:
     return limits.peak_tflops(name, dtype) if name else None

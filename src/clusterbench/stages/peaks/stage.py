@@ -40,9 +40,6 @@ class PeakOptions:
     size: int | None = option(None, "--size", type=argtypes.whole(1), help="matmul n", shown="8192 GPU, 2048/1024 CPU")
 
 
-
-
-
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
     return {"dtypes": ("bfloat16", "float32") if shape.device_type == "cuda" else ("float32",), "seconds": 0.5}
 
@@ -76,6 +73,6 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
 
 
 PEAKS_STAGE = Stage(
-    name="peaks", options=PeakOptions, resolve=as_given, work=work, sections=(PEAKS,), 
+    name="peaks", options=PeakOptions, resolve=as_given, work=work, sections=(PEAKS,),
     metrics=metrics, report=report, run_defaults=run_defaults, optional=False,
 )

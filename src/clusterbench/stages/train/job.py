@@ -15,14 +15,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from clusterbench.errors import UsageError
-from clusterbench.results.documents import LossReference
 from clusterbench.results.run import Run
 from clusterbench.runtime.forking import without_thread_pools
 from clusterbench.stages.train import alignment, models, references
 from clusterbench.stages.train.data import load_task
 from clusterbench.stages.train.loop import LoopConfig, split
 from clusterbench.stages.train.options import TrainOptions
-from clusterbench.stages.train.records import TRAIN, Train, TrainConfig
+from clusterbench.stages.train.records import TRAIN, LossReference, Train, TrainConfig
 
 # The task of a CPU run: small enough to train 100 steps on two cores in seconds.
 CPU_DEFAULTS = {"preset": "tiny", "seq_len": 64, "global_batch": 16, "micro_batch": 4, "dtype": "float32"}

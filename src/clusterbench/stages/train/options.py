@@ -71,7 +71,6 @@ class TrainOptions:
                                           group="alignment", help="replace the variance limit")
 
 
-
 def add_limit_arguments(g: Any) -> None:
     """The alignment's limits alone (`clusterbench align`)."""
     add_options(g, TrainOptions, only=("mre_limit", "variance_limit"))

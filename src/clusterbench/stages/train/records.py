@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from clusterbench.results.codec import AT_LEAST_ONE, ELAPSED_S, NONNEGATIVE
+from clusterbench.results.codec import AT_LEAST_ONE, ELAPSED_S, NONNEGATIVE, POSITIVE
+from clusterbench.results.documents import DocumentKind
 from clusterbench.results.run import Section
 
 
@@ -41,7 +42,6 @@ class TrainConfig:
     reshard_after_forward: bool = True
 
 
-
 @dataclass(frozen=True)
 class StepRow:
     step: int = field(metadata=NONNEGATIVE)
@@ -52,7 +52,6 @@ class StepRow:
     seconds: float = field(metadata=ELAPSED_S)
     in_window: bool
     tgs: float | None = field(metadata=NONNEGATIVE)
-
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,6 @@ class TrainSummary:
     stop_reason: str | None = None
 
 
-
 @dataclass(frozen=True)
 class Alignment:
     """The loss curve against a reference (docs/methodology.md §5)."""
@@ -95,7 +93,6 @@ class Alignment:
     mre_limit: float = field(metadata=NONNEGATIVE)
     verdict: Literal["PASS", "FAIL"]
     reasons: list[str] = field(default_factory=list)
-
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,6 @@ class RankPhases:
         return self.forward_s + self.backward_s
 
 
-
 @dataclass
 class Train:
     config: TrainConfig
@@ -134,3 +130,53 @@ class Train:
 
 TRAIN = Section("train", Train | None)
 TRAIN_STEPS = Section("train_steps", list[StepRow], list, csv=True)
+
+
+@dataclass(frozen=True)
+class ReferenceModel:
+    preset: str
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class ReferenceHardware:
+    device_type: str | None = None
+    devices: list[str] = field(default_factory=list)
+    torch: str | None = None
+
+
+@dataclass(frozen=True)
+class LossReference:
+    """A reference loss curve and the task that made it (docs/methodology.md §5)."""
+
+    task: str
+    model: ReferenceModel
+    global_batch: int = field(metadata=AT_LEAST_ONE)
+    seq_len: int = field(metadata=AT_LEAST_ONE)
+    packing: bool
+    steps: int = field(metadata=AT_LEAST_ONE)
+    seed: int
+    dtype: str
+    lr: float = field(metadata=NONNEGATIVE)
+    lr_warmup_steps: int = field(metadata=NONNEGATIVE)
+    micro_batch: int = field(metadata=AT_LEAST_ONE)
+    parallel: str
+    world_size: int = field(metadata=AT_LEAST_ONE)
+    hardware: ReferenceHardware
+    clusterbench_version: str
+    command: list[str]
+    repeats: int = field(metadata=AT_LEAST_ONE)
+    max_relative_deviation: float = field(metadata=NONNEGATIVE)
+    noise_band: float = field(metadata=NONNEGATIVE)
+    variance_limit: float = field(metadata=NONNEGATIVE)
+    mre_limit: float = field(metadata=NONNEGATIVE)
+    losses: list[float] = field(metadata=POSITIVE)  # a cross-entropy the alignment divides by
+    kind: str = "clusterbench-loss-reference"
+    schema_version: int = 1
+
+
+REFERENCE = DocumentKind(
+    "clusterbench-loss-reference", "loss reference", 1, LossReference,
+    # Written by 0.1 with "format" in place of "schema_version".
+    legacy=lambda doc: doc.get("format") if doc.get("kind") == "clusterbench-loss-reference" else None,
+    hint="make one with clusterbench train --save-reference")

@@ -19,10 +19,9 @@ from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.inputs import files
 from clusterbench.results import documents
-from clusterbench.results.documents import LossReference, ReferenceHardware, ReferenceModel
 from clusterbench.results.run import Env
 from clusterbench.stages.train import alignment
-from clusterbench.stages.train.records import TrainConfig
+from clusterbench.stages.train.records import REFERENCE, LossReference, ReferenceHardware, ReferenceModel, TrainConfig
 
 # (train.config key, how a message names it): what must be equal for two curves to compare.
 IDENTITY = (("task", "task"), ("model_hash", "model"), ("global_batch", "global batch"),
@@ -115,7 +114,7 @@ def load(name_or_path: str) -> tuple[LossReference, str]:
     elif not os.path.lexists(p):  # one that is there but no regular file (a FIFO, a folder): the boundary names it
         raise UsageError(f"--reference {name_or_path}: no such file (shipped references: "
                          f"{', '.join(shipped_names()) or 'none'})")
-    ref = documents.read(p, documents.REFERENCE, f"--reference {name_or_path}")
+    ref = documents.read(p, REFERENCE, f"--reference {name_or_path}")
     if len(ref.losses) != ref.steps:
         raise UsageError(f"--reference {name_or_path}: \"losses\" must hold {ref.steps} positive numbers, "
                          f"one per step (it holds {len(ref.losses)})")
