@@ -18,6 +18,8 @@ from clusterbench.stages.fleet.records import Band
 from clusterbench.stages.registry import load_run, metrics_of
 from clusterbench.store.where import resolve
 
+SINCE = "30d"  # how far back --from-store reads unless told
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run folders to summarise")
@@ -27,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--from-store", dest="from_store", action="store_true",
                    help="summarise the store's healthy runs and nodes of one hardware class instead of run folders")
     add_store_argument(g, "read")
-    g.add_argument("--since", type=argtypes.age, metavar="PERIOD", help="only runs this recent (default 30d)")
+    g.add_argument("--since", type=argtypes.age, metavar="PERIOD", help=f"only runs this recent (default {SINCE})")
     g.add_argument("--class", dest="klass", metavar="CLASS",
                    help="the hardware class (default: the store's only one)")
 
@@ -57,7 +59,7 @@ def _from_store(args: argparse.Namespace) -> tuple[Baseline, list[Band]]:
         raise UsageError("--store off: there is no store to read")
     from clusterbench.store.db import open_store  # SQLAlchemy: only where a sound store is read
 
-    since = args.since or argtypes.age("30d")
+    since = args.since or argtypes.age(SINCE)
     since_s = time.time() - since
     store = open_store(where, write=False)
     try:

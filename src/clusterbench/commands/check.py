@@ -96,7 +96,7 @@ class Outcome:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=argtypes.real(0.0, maximum=MAX_BUDGET_S), default=BUDGET_S, metavar="SECONDS",
                    help=f"seconds every check together may take; past them the check fails, saying which check "
-                        f"was still running (default {BUDGET_S:g}: Slurm kills a HealthCheckProgram at 60)")
+                        f"was still running (default %(default)g: Slurm kills a HealthCheckProgram at 60)")
     p.add_argument("--gpus", type=argtypes.whole(0, 1024),
                    help="GPUs torch must see here (default: not checked; give it on GPU nodes, where a GPU "
                         "lost from the bus, or a driver that fails, shows only as fewer GPUs or none)")
@@ -105,9 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or run.json), or in a baseline from the store (baseline --from-store)")
     p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False, maximum=1.0), default=0.1,
                    help="with --baseline: a figure is out when this far below its band's median, and 4 robust "
-                        "spreads or half the median (default 0.1, as clusterbench fleet)")
+                        "spreads or half the median (default %(default)g, as clusterbench fleet)")
     p.add_argument("--numerics-steps", dest="numerics_steps", type=argtypes.whole(0, 100), default=4,
-                   help="steps of the numerics task each device trains; 0: none (default 4)")
+                   help="steps of the numerics task each device trains; 0: none (default %(default)d)")
     node_rules.add_argument(p)
     p.add_argument("--node", help="this node's name in Slurm (default: SLURMD_NODENAME, else the short host name)")
     p.add_argument("--drain-on-fail", dest="drain", action="store_true",

@@ -45,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pre.add_argument("--nodes", type=argtypes.whole(1), required=True, help="nodes of the cluster")
     pre.add_argument("--gpus-per-node", type=argtypes.whole(1),
                      help="ranks per node (default with --from: the run's)")
-    pre.add_argument("--op", default="all_reduce", help=f"one of {', '.join(ALGORITHMS)} (default all_reduce)")
-    pre.add_argument("--sizes", default="1K..16G", help="LOW..HIGH, powers of two between (default 1K..16G)")
+    pre.add_argument("--op", default="all_reduce", help=f"one of {', '.join(ALGORITHMS)} (default %(default)s)")
+    pre.add_argument("--sizes", default="1K..16G", help="LOW..HIGH, powers of two between (default %(default)s)")
     pre.add_argument("--plot", metavar="FILE.svg", type=Path, help="also draw the predicted busbw curves (a new file)")
     pre.add_argument("--overwrite", action="store_true", help="replace the --plot file when it exists")
     _add_stat(pre)

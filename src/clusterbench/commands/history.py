@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", type=Path, metavar="YAML",
                    help="what a regression is (default: the shipped regression_rules.yaml)")
     p.add_argument("--window", type=argtypes.whole(1, 1000), default=5,
-                   help="runs before the latest that a node's own recent median is taken over (default 5)")
+                   help="runs before the latest that a node's own recent median is taken over (default %(default)d)")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="write the trends page there")
     p.add_argument("--overwrite", action="store_true", help="replace the --report file when it exists")
 

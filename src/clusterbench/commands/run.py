@@ -27,6 +27,7 @@ from clusterbench.results.run import Expected, Run
 from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
 from clusterbench.stages import registry
+from clusterbench.stages.peaks.stage import RUN_SECONDS
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.units import BITS_PER_BYTE
 
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="FAIL when all_reduce busbw (GB/s) at the largest sizes is below 0.9 x this")
     add_expected_argument(p)
     p.add_argument("--peak-seconds", dest="peaks.seconds", type=argtypes.real(0.0), metavar="SECONDS",
-                   help="seconds per measured peak (default 0.5; the same as --peaks.seconds)")
+                   help=f"seconds per measured peak (default {RUN_SECONDS:g}; the same as --peaks.seconds)")
     p.add_argument("--rules", type=Path, metavar="YAML",
                    help="the rules that give the verdicts "
                         "(default: the shipped default_rules.yaml and each stage's rules.yaml)")

@@ -210,9 +210,10 @@ def from_doc(doc: dict[str, Any], sections: Sections) -> Run:
     run = codec.load(Run, {key: value for key, value in doc.items() if key in CORE})
     for key, value in doc.items():
         if key in sections:
-            run.sections[key] = codec.load(sections[key].record, value, key)
+            loaded = codec.load(sections[key].record, value, key)
+            if loaded != sections[key].empty():  # an empty section is one the run lacks, as before it was saved
+                run.sections[key] = loaded
         elif key in counts:
-            run.sections.setdefault(counts[key].name, [])
             codec.load(int, value, key)  # checked here; the rows are the CSV's (RunFolder.load)
     return run
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from clusterbench.runtime.rank import Rank
 
 DTYPES = ("float32", "float16", "bfloat16")
+RUN_SECONDS = 0.5  # per figure under `run`, where the peaks are one stage of many
 
 
 def dtype_list(text: str) -> tuple[str, ...]:
@@ -41,7 +42,7 @@ class PeakOptions:
 
 
 def run_defaults(shape: JobShape, quick: bool) -> dict[str, Any]:
-    return {"dtypes": ("bfloat16", "float32") if shape.device_type == "cuda" else ("float32",), "seconds": 0.5}
+    return {"dtypes": ("bfloat16", "float32") if shape.device_type == "cuda" else ("float32",), "seconds": RUN_SECONDS}
 
 
 def work(rank: Rank, opts: PeakOptions) -> None:
