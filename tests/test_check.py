@@ -14,8 +14,9 @@ import pytest
 from conftest import assert_one_line_error, run_cli, run_side_by_side
 from fake_nvml import four_h100
 
+from clusterbench.results.documents import Band
 from clusterbench.results.run import Run
-from clusterbench.stages.fleet.records import Band, Fleet
+from clusterbench.stages.fleet.records import Fleet
 from clusterbench.stages.registry import run_folder
 
 OTHER_CLASS = "NVIDIA H100 80GB HBM3 x8"

@@ -225,7 +225,8 @@ def test_two_devices_that_disagree_are_both_suspects() -> None:
 
 
 def test_the_nodes_section_reads_at_500_nodes_the_named_first_the_passing_folded() -> None:
-    from clusterbench.stages.fleet.records import Band, Exclusion, Fleet, NodeRow
+    from clusterbench.results.documents import Band
+    from clusterbench.stages.fleet.records import Exclusion, Fleet, NodeRow
     from clusterbench.stages.fleet.report import fleet_section
 
     rows = [NodeRow(f"gpu{i:03d}", "k", {"matmul_tflops": 700.0}, "PASS", []) for i in range(500)]

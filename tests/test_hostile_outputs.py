@@ -22,9 +22,9 @@ from conftest import assert_one_line_error, run_side_by_side
 
 from clusterbench.errors import UsageError
 from clusterbench.results import outputs
-from clusterbench.results.documents import write_text
+from clusterbench.results.documents import Band, write_text
 from clusterbench.results.run import Run
-from clusterbench.stages.fleet.records import Band, Fleet
+from clusterbench.stages.fleet.records import Fleet
 from clusterbench.stages.registry import run_folder
 
 

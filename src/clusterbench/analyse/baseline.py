@@ -8,9 +8,9 @@ from pathlib import Path
 
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
-from clusterbench.results.documents import Baseline, MetricStats
+from clusterbench.results.documents import Band, Baseline, MetricStats
 from clusterbench.results.run import Run
-from clusterbench.stages.fleet.records import FLEET, Band
+from clusterbench.stages.fleet.records import FLEET
 
 
 def build(runs: list[tuple[str, dict[str, float]]]) -> Baseline:

@@ -15,8 +15,7 @@ from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, evaluate, load_rules
 from clusterbench.nodechecks import bands
 from clusterbench.nodechecks.table import BANDED
-from clusterbench.results.documents import Baseline, MetricStats
-from clusterbench.stages.fleet.records import Band
+from clusterbench.results.documents import Band, Baseline, MetricStats
 from clusterbench.store.queries import DAY_S, Daily, Point, Stats
 from clusterbench.store.record import NODE_PREFIX
 

@@ -12,9 +12,8 @@ from clusterbench.errors import EXIT_OK, UsageError
 from clusterbench.nodechecks import bands
 from clusterbench.publish import add_store_argument
 from clusterbench.results import codec
-from clusterbench.results.documents import Baseline
+from clusterbench.results.documents import Band, Baseline
 from clusterbench.runtime.command import ToolCommand
-from clusterbench.stages.fleet.records import Band
 from clusterbench.stages.registry import load_run, metrics_of
 from clusterbench.store.where import resolve
 

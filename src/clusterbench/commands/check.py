@@ -36,10 +36,9 @@ from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, Usa
 from clusterbench.nodechecks import node_rules
 from clusterbench.nodechecks.bands import JUDGES_FROM
 from clusterbench.nodechecks.table import NODE_CHECKS
-from clusterbench.results.documents import utc_stamp
+from clusterbench.results.documents import Band, utc_stamp
 from clusterbench.runtime.command import ToolCommand
 from clusterbench.stages.fleet import actions
-from clusterbench.stages.fleet.records import Band
 from clusterbench.stages.registry import load_run
 from clusterbench.store.record import Figure, RunRecord
 
@@ -95,8 +94,8 @@ class Outcome:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=argtypes.real(0.0, maximum=MAX_BUDGET_S), default=BUDGET_S, metavar="SECONDS",
-                   help=f"seconds every check together may take; past them the check fails, saying which check "
-                        f"was still running (default %(default)g: Slurm kills a HealthCheckProgram at 60)")
+                   help="seconds every check together may take; past them the check fails, saying which check "
+                        "was still running (default %(default)g: Slurm kills a HealthCheckProgram at 60)")
     p.add_argument("--gpus", type=argtypes.whole(0, 1024),
                    help="GPUs torch must see here (default: not checked; give it on GPU nodes, where a GPU "
                         "lost from the bus, or a driver that fails, shows only as fewer GPUs or none)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 
 from clusterbench.nodechecks.table import BANDED
-from clusterbench.stages.fleet.records import Band
+from clusterbench.results.documents import Band
 
 SPREADS = 4.0
 HALF = 0.5

@@ -20,10 +20,11 @@ from clusterbench.hw import counters
 from clusterbench.hw.host import cpu
 from clusterbench.nodechecks import bands, measures, node_rules
 from clusterbench.nodechecks.table import NODE_CHECKS, NodeCheck
+from clusterbench.results.documents import Band
 from clusterbench.runtime.devices import device_name
 from clusterbench.stages.fleet import agreement
 from clusterbench.stages.fleet.conclusion import node_class
-from clusterbench.stages.fleet.records import Band, Numerics
+from clusterbench.stages.fleet.records import Numerics
 
 PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds
 # The peaks of all devices may take at most this share of the time left, measured again included: the

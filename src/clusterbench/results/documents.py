@@ -24,7 +24,6 @@ from clusterbench.errors import RunFailed, UsageError
 from clusterbench.inputs.documents import read_json, version
 from clusterbench.results import codec
 from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run
-from clusterbench.stages.fleet.records import Band
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -62,6 +61,18 @@ class MetricStats:
     def __post_init__(self) -> None:
         if self.min > self.max:
             raise ValueError(f"min {self.min:g} is above max {self.max:g}")
+
+
+@dataclass(frozen=True)
+class Band:
+    """What a metric's healthy nodes of one class measure: learned from the fleet, or from a baseline."""
+
+    klass: str
+    metric: str
+    median: float
+    spread: float = field(metadata=codec.NONNEGATIVE)  # robust: 1.4826 x the median absolute deviation
+    nodes: int = field(metadata=codec.NONNEGATIVE)  # how many nodes it stands on (after the exclusions)
+    source: str = "this fleet"
 
 
 @dataclass(frozen=True)

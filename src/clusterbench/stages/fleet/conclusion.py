@@ -17,11 +17,12 @@ from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule
 from clusterbench.inputs import hostlist
 from clusterbench.nodechecks import bands, node_rules
+from clusterbench.results.documents import Band
 from clusterbench.results.findings import Finding
 from clusterbench.results.run import Run
 from clusterbench.stages.comm.records import PAIRS, PairRow
 from clusterbench.stages.fleet import agreement, racks, retests
-from clusterbench.stages.fleet.records import FLEET, Band, Exclusion, Fleet, NodeRow
+from clusterbench.stages.fleet.records import FLEET, Exclusion, Fleet, NodeRow
 
 
 def node_class(device: str, gpus: int, cores: int | None) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from clusterbench.results.codec import NONNEGATIVE, TICKS_US, bounds
+from clusterbench.results.documents import Band
 from clusterbench.results.findings import Finding
 from clusterbench.results.run import Section
 
@@ -110,18 +111,6 @@ class Coverage:
                 f"rounds of disjoint pairs{inside}, {self.pairs} of {self.possible} pairs ({share:.2g} %): a node's "
                 f"own fault shows in all its pairs, a bad link between two healthy nodes only where it is drawn "
                 f"({share:.2g} % of them)")
-
-
-@dataclass(frozen=True)
-class Band:
-    """What a metric's healthy nodes of one class measure: learned from the fleet, or from a baseline."""
-
-    klass: str
-    metric: str
-    median: float
-    spread: float = field(metadata=NONNEGATIVE)  # robust: 1.4826 x the median absolute deviation
-    nodes: int = field(metadata=NONNEGATIVE)  # how many nodes it stands on (after the exclusions)
-    source: str = "this fleet"
 
 
 @dataclass(frozen=True)

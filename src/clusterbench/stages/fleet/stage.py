@@ -16,6 +16,7 @@ from clusterbench.inputs import topology
 from clusterbench.inputs.topology import Topology
 from clusterbench.nodechecks import node_rules
 from clusterbench.report.blocks import Part
+from clusterbench.results.documents import Band
 from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
 from clusterbench.stages.burnin.metrics import judge_soak, section
@@ -24,7 +25,7 @@ from clusterbench.stages.burnin.plan import BurninPlan, plan_of
 from clusterbench.stages.burnin.records import BURNIN
 from clusterbench.stages.fleet import actions, conclusion
 from clusterbench.stages.fleet.options import ONE_NODE, FleetOptions
-from clusterbench.stages.fleet.records import FLEET, Band
+from clusterbench.stages.fleet.records import FLEET
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.stages.train.stage import MODEL_IMPORTS
 from clusterbench.store.record import NodeResult
