@@ -1,4 +1,4 @@
-"""Ring all_reduce built from send/recv (comm/algos.py) against the backend's own all_reduce.
+"""Ring all_reduce built from send/recv (stages/comm/algos.py) against the backend's own all_reduce.
 
     python bench/bench_algos.py [--nproc 2,3,4] [--size 16M] [--rounds 7] [--iters 10]
 

@@ -9,7 +9,7 @@ wall time from launch to the last rank's exit, rank 0's phases (run.json's fleet
 peak memory (VmHWM) and the bytes the fleet's objects take pickled, as they travel to rank 0.
 The projection keeps what is per node (the node-local phase runs on every node at once, so its
 time stays; rank 0 gathers one probe per node) and scales what is per pair, for the default plan of
-pairs (fleet/coverage.py: every pair up to 128 nodes, sampled beyond): its rounds at the measured time of
+pairs (stages/fleet/coverage.py: every pair up to 128 nodes, sampled beyond): its rounds at the measured time of
 a round, and the figures rank 0 receives at each round's end. bench_fleet_scale.py drives rank 0's own
 code at thousands of nodes.
 """

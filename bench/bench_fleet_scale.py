@@ -15,9 +15,9 @@ send at 0.3x across the spine and normally inside; bad_link and flaky_link: a li
 nodes at 0.1x, for good or in the rounds only, which nobody is excluded for).
 
 What rank 0 does with the measurements is the real code, timed: the run folder (run.json and pairs.csv
-on disk), the node-local phase's records, the rechecks' choice, the plan of pairs (fleet/coverage.py),
-each round's rows as they arrive (comm/schedule.round_rows, RunFolder.extend), the retests' plan and
-their rows (analyse/retests.Looks), and after the ranks, the folder read back (load_run), the stage's
+on disk), the node-local phase's records, the rechecks' choice, the plan of pairs (stages/fleet/coverage.py),
+each round's rows as they arrive (stages/comm/schedule.round_rows, RunFolder.extend), the retests' plan and
+their rows (stages/fleet/retests.Looks), and after the ranks, the folder read back (load_run), the stage's
 conclusion and rules (commands/stage.conclude) and run.json saved. Making up the measurements is not
 timed. "judge" is that time; "rank-0 peak" the process's peak resident memory above what it held before
 the fleet; "false" the healthy nodes excluded, "missed" the faulty ones not excluded, summed over seeds.
@@ -285,7 +285,8 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
         "faulty": len(truth.faulty), "suspects": sum(v == "SUSPECT" for v in verdict.values()),
         "false_names": sorted(excluded - truth.faulty)[:5], "missed_names": sorted(truth.faulty - excluded)[:5],
         "rows": len(rows), "rounds": len(schedule), "retest_rounds": planned[0], "second_rounds": planned[1],
-        "retests": len(FLEET.of(run).retests), "bad_links": len(FLEET.of(run).bad_links), "planted_bad": len(truth.bad_links),
+        "retests": len(FLEET.of(run).retests), "bad_links": len(FLEET.of(run).bad_links),
+        "planted_bad": len(truth.bad_links),
         "bad_measured": len(measured_bad), "flaky": len(FLEET.of(run).flaky), "switches": FLEET.of(run).bad_switches,
         "coverage": codec.dump(FLEET.of(run).coverage), "ranks": n * gpus,
     }
@@ -305,7 +306,7 @@ def qualify_minutes(r: dict, args: argparse.Namespace) -> float:
 
 
 def against(n: int, seed: int, args: argparse.Namespace, old: object) -> dict:
-    """The links' verdicts of this tree and of another revision's analyse/retests.py (`old`) on the same fleet:
+    """The links' verdicts of this tree and of another revision's retests (`old`) on the same fleet:
     the same rounds, and each pair's retests measured from the same truth (whichever partners each plan picks);
     "right" where the condemned are exactly the nodes planted with a fault of their links."""
     truth = plant(n, args.rack_size, args.faults, args.mix, seed, args)
@@ -337,12 +338,26 @@ def against(n: int, seed: int, args: argparse.Namespace, old: object) -> dict:
             "suspects": sus, "old_suspects": old_sus, "faulty": faulty}
 
 
+# Where the modules the retests import lay before the stages became packages: a revision from before reads them
+# under their old names, which stand here for this tree's.
+_MOVED = {"clusterbench.analyse.suspects": "clusterbench.stages.fleet.suspects",
+          "clusterbench.results.fleet": "clusterbench.stages.fleet.records",
+          "clusterbench.results.schema": "clusterbench.stages.comm.records"}
+
+
 def _old_retests(revision: str) -> object:
-    """analyse/retests.py as `revision` has it, loaded beside this tree's records."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:src/clusterbench/analyse/retests.py"],
-                            capture_output=True, text=True, check=True).stdout
+    """The fleet's retests as `revision` has them (stages/fleet/retests.py, or analyse/retests.py before the
+    stages were packages), loaded beside this tree's records."""
+    for path in ("src/clusterbench/stages/fleet/retests.py", "src/clusterbench/analyse/retests.py"):
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{path}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"{revision} holds no retests.py of the fleet")
+    for old, new in _MOVED.items():
+        sys.modules.setdefault(old, importlib.import_module(new))
     folder = Path(tempfile.mkdtemp())
-    (folder / "old_retests.py").write_text(source)
+    (folder / "old_retests.py").write_text(shown.stdout)
     spec = importlib.util.spec_from_file_location("old_retests", folder / "old_retests.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["old_retests"] = module

@@ -5,7 +5,7 @@ wrapper, AdamW, clipping and lr schedule on the same 2 gloo ranks. The bare loop
 metrics: no token counting collective, no loss all-reduce, no per-step sync, no run folder.
 clusterbench's loop runs with the per-step duties of `clusterbench train` (run-folder rows,
 a progress line). A third loop is clusterbench's without the phase clock's marks (each rank's
-step split, train/phases.py), to weigh what they cost alone. Rounds alternate bare /
+step split, stages/train/phases.py), to weigh what they cost alone. Rounds alternate bare /
 clusterbench / clusterbench without phases; the best round of each is compared (the best,
 because other load on a small machine only ever slows a round down).
 

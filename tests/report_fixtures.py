@@ -1,4 +1,4 @@
-"""Synthetic run.json documents (the layout of results.schema) for the report and compare tests:
+"""Synthetic run.json documents (the layout of results.run) for the report and compare tests:
 GPU machines this CI has not, and train figures of a size no CPU reaches."""
 
 from __future__ import annotations

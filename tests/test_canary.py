@@ -57,7 +57,8 @@ def test_the_canary_is_the_shipped_task_and_says_when_it_cannot_run() -> None:
     other = train_job.build(TrainOptions(preset="tiny", seed=3), "cpu", 2)
     for world, train, reason in ((8, None, None), (8, job, None), (17, other, "give each of 17 ranks a row")):
         with pytest.raises(NotRun) as left_out:
-            CANARY_STAGE.resolve(NoOptions(), Context(JobShape(world, "cpu", "gloo", world), plan_of=lambda _, job=train: job))
+            CANARY_STAGE.resolve(NoOptions(),
+                                 Context(JobShape(world, "cpu", "gloo", world), plan_of=lambda _, job=train: job))
         assert (left_out.value.reason is None) if reason is None else reason in left_out.value.reason
     # 3 ranks hold 6+5+5 of the 16 rows, each in 2 micro-batches.
     uneven = CANARY_STAGE.resolve(NoOptions(), Context(JobShape(3, "cpu", "gloo", 3), plan_of=lambda _: other))

@@ -43,7 +43,8 @@ def test_rows_past_the_last_save_are_read_back_whole(tmp_path: Path) -> None:
     on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
     assert on_disk["status"] == "running" and len(on_disk["comm"]) == 2
     run = load_run(tmp_path / "r")
-    assert COMM.of(run) == COMM.of(folder.run) and len(COMM.of(run)) == 5  # floats, None and bools as they were measured
+    # floats, None and bools as they were measured
+    assert COMM.of(run) == COMM.of(folder.run) and len(COMM.of(run)) == 5
     assert TRAIN_STEPS.of(run) == TRAIN_STEPS.of(folder.run) and PAIRS.of(run) == PAIRS.of(folder.run)
 
 

@@ -14,12 +14,11 @@ from conftest import assert_one_line_error, run_cli
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
 from clusterbench.nodechecks import node_rules
-from clusterbench.nodechecks import table as nodechecks
-from clusterbench.nodechecks.table import BANDED, NODE_CHECKS, NodeCheck
+from clusterbench.nodechecks.table import BANDED, NODE_CHECKS, NodeCheck, counted
 from clusterbench.results.findings import Finding
 from clusterbench.results.run import Env, Placement, Run
 from clusterbench.runtime.rendezvous import Member
-from clusterbench.stages.burnin import metrics as soak_analysis
+from clusterbench.stages.burnin.metrics import judge_soak
 from clusterbench.stages.burnin.records import Burnin, NodeCounters
 from clusterbench.stages.fleet import conclusion
 from clusterbench.stages.fleet.records import Fleet, NodeProbe
@@ -46,8 +45,8 @@ def test_every_node_check_is_measured_by_the_function_it_names_and_its_figures_a
 def test_the_shipped_node_rules_judge_every_count_and_a_rule_of_no_count_is_refused(tmp_path: Path) -> None:
     rules = node_rules.load()
     judged = {p for r in rules for p in r.patterns}
-    assert judged <= set(nodechecks.counted())
-    assert set(nodechecks.counted()) - judged == {"counters.xid_info"}  # an application's Xid is no fault of the node
+    assert judged <= set(counted())
+    assert set(counted()) - judged == {"counters.xid_info"}  # an application's Xid is no fault of the node
     assert all(r.missing == "ignore" and not r.action for r in rules)  # each finding carries its own action
     typo = tmp_path / "typo.yaml"
     typo.write_text('rules:\n  - name: flaps\n    metric: counters.link_flap\n    criteria: "== 0"\n')
@@ -157,7 +156,7 @@ def test_every_finding_of_a_fleet_burn_in_reaches_a_verdict_its_counters_by_the_
     probes = [NodeProbe(n, [i], {}, "k", {"matmul_tflops": 1.0}) for i, n in enumerate(nodes)]
 
     def concluded(rules: list) -> Fleet:
-        found = soak_analysis.judge_soak(soaked, None, False, rules).findings + soak
+        found = judge_soak(soaked, None, False, rules).findings + soak
         return conclusion.conclude(_fleet_run(nodes), Fleet(probes=list(probes)), counter_rules=rules, soak=found)
 
     fleet = concluded(node_rules.load())

@@ -16,9 +16,9 @@ from fake_nvml import eight_h200, four_h100
 from clusterbench.results import codec
 from clusterbench.results.run import Env, Run
 from clusterbench.stages.registry import expected_plots, judge, load_run, page, render_report, run_folder
-from clusterbench.telemetry import metrics as analyse
 from clusterbench.telemetry.cpu import CpuProbe
 from clusterbench.telemetry.gpu import GpuProbe, reasons
+from clusterbench.telemetry.metrics import telemetry_values
 from clusterbench.telemetry.records import DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
 from clusterbench.telemetry.sampler import Sampler
 from clusterbench.telemetry.summary import device_stage
@@ -258,9 +258,9 @@ def test_straggler_warns_and_idle_or_lone_devices_are_not_judged() -> None:
     assert _verdicts([*HEALTHY[:5], idle, *HEALTHY[6:]])["stragglers"][0] == "PASS"
     moment = replace(slow, samples=1, util_pct=None)  # one reading of a short stage: not its steady clock
     assert _verdicts([*HEALTHY[:5], moment, *HEALTHY[6:]])["stragglers"][0] == "PASS"
-    assert "telemetry.stragglers" not in analyse.telemetry_values(_run(HEALTHY[:1]))
+    assert "telemetry.stragglers" not in telemetry_values(_run(HEALTHY[:1]))
     cpu = _run([replace(HEALTHY[0], throttle=None, ecc_corrected=None, ecc_uncorrected=None)])
-    assert analyse.telemetry_values(cpu) == {}  # a lone CPU: nothing to judge, and the rules say nothing
+    assert telemetry_values(cpu) == {}  # a lone CPU: nothing to judge, and the rules say nothing
 
 
 def _samples() -> list[Sample]:

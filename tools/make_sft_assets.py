@@ -28,7 +28,7 @@ from pathlib import Path
 # same rendering the loader feeds the model, so template pieces become tokens).
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
 VOCAB_SIZE = 4096
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/clusterbench/train/assets"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/clusterbench/stages/train/assets"
 
 # country, capital, continent -- a small hand-written table.
 COUNTRIES = [

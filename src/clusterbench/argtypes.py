@@ -194,7 +194,10 @@ def add_options(p: Any, record: type, only: tuple[str, ...] | None = None) -> No
 def _help(flag: Flag, f: Field[Any]) -> str:
     default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
     shown = flag.shown if flag.shown is not None else _shown(default, flag)
-    return f"{flag.help} (default {shown})" if shown else flag.help
+    if not shown:
+        return flag.help
+    # One parenthesis, not two side by side, where the help ends in one of its own.
+    return f"{flag.help[:-1]}; default {shown})" if flag.help.endswith(")") else f"{flag.help} (default {shown})"
 
 
 def _shown(value: Any, flag: Flag) -> str:

@@ -131,7 +131,7 @@ def band_metrics() -> list[str]:
 
 def baseline(stats: list[Stats], values: list[tuple[str, str, float]], klass: str,
              source: str) -> tuple[Baseline, list[Band]]:
-    """A baseline of one hardware class from its healthy past (store.history's healthy_* rows): each
+    """A baseline of one hardware class from its healthy past (store.queries' healthy_* rows): each
     metric's mean, min and max, and each node figure's band (the median of the nodes' medians, and a
     robust spread of every healthy figure around it). A band of fewer nodes than a band judges from
     (bands.JUDGES_FROM) would judge nobody: it is left out, and returned beside the baseline to be said."""

@@ -2,7 +2,7 @@
 nodechecks.NODE_CHECKS on one node, in the table's order, each one as its entry says (once for the node, or on
 each device in turn): the counts they give judged by the node rules, the losses of the numerics task by the
 vote of the node's devices, and at the end the figures by a baseline's bands. A check that fails raises
-Unhealthy with the reason in one line. The figures are measured through fleet/measures.py as the fleet's
+Unhealthy with the reason in one line. The figures are measured through nodechecks/measures.py as the fleet's
 node-local phase measures them, so that a fleet run's bands can judge them."""
 
 from __future__ import annotations

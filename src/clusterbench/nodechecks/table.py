@@ -30,7 +30,7 @@ class NodeCheck:
     kind: Kind
     scope: Scope
     summary: str  # what it measures, in a line: `check -v` prints it
-    measure: str  # "module:function", a function of fleet.measures.On returning fleet.measures.Found
+    measure: str  # "module:function", a function of nodechecks.measures.On returning nodechecks.measures.Found
     figures: dict[str, str] = field(default_factory=dict)  # metric -> in words, more is better, judged by bands
     counts: tuple[str, ...] = ()  # what the node rules judge, by metric name: a rule naming another is refused
     cost: float = 0.0  # figure-times of a peak measurement it takes per device: how `check` splits its budget

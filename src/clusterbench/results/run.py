@@ -213,8 +213,8 @@ def from_doc(doc: dict[str, Any], sections: Sections) -> Run:
             loaded = codec.load(sections[key].record, value, key)
             if loaded != sections[key].empty():  # an empty section is one the run lacks, as before it was saved
                 run.sections[key] = loaded
-        elif key in counts:
-            codec.load(int, value, key)  # checked here; the rows are the CSV's (RunFolder.load)
+        elif key in counts and codec.load(int, value, key) < 0:  # the rows are the CSV's (RunFolder.load)
+            raise SchemaError(key, f"must be at least 0, got {value}")
     return run
 
 
@@ -222,7 +222,7 @@ def upgraded(doc: dict[str, Any], version: int, sections: Sections) -> dict[str,
     """A run.json of `version` in this version's layout, step by step: the core's part of each step, then each
     section's."""
     while version < SCHEMA_VERSION:
-        doc = CORE_UPGRADES.get(version, _same)(doc)
+        doc = CORE_UPGRADES.get(version, _same)(doc, sections)
         for section in sections.values():
             if version in section.upgrades:
                 doc = section.upgrades[version](doc)
@@ -231,16 +231,16 @@ def upgraded(doc: dict[str, Any], version: int, sections: Sections) -> dict[str,
     return doc
 
 
-def _same(doc: dict[str, Any]) -> dict[str, Any]:
+def _same(doc: dict[str, Any], sections: Sections) -> dict[str, Any]:
     return doc
 
 
-def _kind(doc: dict[str, Any]) -> dict[str, Any]:
+def _kind(doc: dict[str, Any], sections: Sections) -> dict[str, Any]:
     """Version 1 -> 2: the document says what it is."""
     return {**doc, "kind": RUN_KIND}
 
 
-def _expected_given(doc: dict[str, Any]) -> dict[str, Any]:
+def _expected_given(doc: dict[str, Any], sections: Sections) -> dict[str, Any]:
     """Version 2 -> 3: its expected figures came from --expect-busbw."""
     expected = doc.get("expected")
     if isinstance(expected, dict):
@@ -249,8 +249,10 @@ def _expected_given(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "expected": expected if expected is not None else {}}
 
 
-def _extra_hoisted(doc: dict[str, Any]) -> dict[str, Any]:
-    """Version 7 -> 8: the sections version 7 kept under `extra` stand under their own keys."""
+def _extra_hoisted(doc: dict[str, Any], sections: Sections) -> dict[str, Any]:
+    """Version 7 -> 8: the sections version 7 kept under `extra` stand under their own keys. One of a stage this
+    clusterbench lacks (a team's own) is left out: nothing here can read it, and what reads a run folder never
+    writes it back."""
     extra = doc.get("extra")
     if not isinstance(extra, dict):
         return doc
@@ -258,7 +260,7 @@ def _extra_hoisted(doc: dict[str, Any]) -> dict[str, Any]:
     clash = sorted(set(extra) & set(rest))
     if clash:
         raise SchemaError(f"extra.{clash[0]}", "also a key of its own")
-    return {**rest, **extra}
+    return {**rest, **{key: value for key, value in extra.items() if key in sections}}
 
 
 CORE_UPGRADES = {1: _kind, 2: _expected_given, 7: _extra_hoisted}

@@ -1,5 +1,5 @@
-"""What a stage declares: a stage of `run` (and perhaps a command of its own) is one module that
-builds one Stage, and one line in clusterbench.stages.registry (docs/architecture.md).
+"""What a stage declares: a stage of `run` (and perhaps a command of its own) is one package in stages/ whose
+stage.py builds one Stage, and one line in clusterbench.stages.registry (docs/architecture.md).
 
 A stage owns its options (a dataclass whose defaults are its own command's), turns what the user
 gave into a plan once (resolve), does its work on every rank, fills its sections of run.json,

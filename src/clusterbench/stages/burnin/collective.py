@@ -1,4 +1,5 @@
-"""An all_reduce timed as the comm sweep times one (comm/timing.py: batches of calls, the slowest rank's time) and
+"""An all_reduce timed as the comm sweep times one (stages/comm/timing.py: batches of calls, the slowest rank's
+time) and
 reported as busbw (the nccl-tests factor of collectives.py), in Gbps, at the size of the node-check table's
 `intra_all_reduce` entry: the soak's collective among all the job's ranks, and the fleet's and `check`'s
 intra-node one among a node's ranks, measured by this one class."""

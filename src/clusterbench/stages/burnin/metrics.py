@@ -2,7 +2,7 @@
 read over it, and the telemetry sampled meanwhile.
 
 Per device and figure (matmul TFLOP/s, memory GB/s; the all_reduce's busbw once, the job's), a drift: the
-figure falls over the soak and stays down (analyse/drift.py). Words read back wrong, a repeat that changed, and a
+figure falls over the soak and stays down (stages/burnin/drift.py). Words read back wrong, a repeat that changed, and a
 device outvoted by the others of its kind are each critical. Each node's counters and events over the soak (the
 states at its end, what grew, the Xids new in it) are judged by the node rules, each miss a finding of the rule's
 weight (FAIL critical, WARN a warning) with the actions of what stands behind it. From telemetry: clocks held
@@ -102,7 +102,8 @@ def expected_windows(b: Burnin) -> int:
 
 
 def measured(rows: list[Window]) -> int:
-    """How many windows of the soak a device's series stands for (its points may merge several: burnin/series.py)."""
+    """How many windows of the soak a device's series stands for (its points may merge several:
+    stages/burnin/series.py)."""
     return sum(w.spans for w in rows)
 
 
@@ -134,7 +135,7 @@ def drifts(b: Burnin) -> list[Drift]:
 
 
 def find_drift(ts: Sequence[float], ys: Sequence[float], tolerance: float) -> Drift | None:
-    """The drift of one series (analyse/drift.find), its subject and figure left for the caller."""
+    """The drift of one series (stages/burnin/drift.find), its subject and figure left for the caller."""
     fall = drift.find(ts, ys, tolerance)
     return Drift("", "", fall.shape, fall.start_s, fall.end_s, fall.before, fall.after) if fall else None
 

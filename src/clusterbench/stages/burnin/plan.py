@@ -26,7 +26,7 @@ class BurninPlan:
     level: str | None
     memory_bytes: int | None
     tolerance: float
-    rules: tuple[Rule, ...] = ()  # the node rules the counters are judged by (stages/burnin.py loads them)
+    rules: tuple[Rule, ...] = ()  # the node rules the counters are judged by (stages/burnin/stage.py loads them)
 
 
 def plan_of(opts: BurninOptions, available_bytes: int | None, local_ranks: int) -> BurninPlan:

@@ -1,5 +1,5 @@
 """Rank 0's record of the soak: each window's rows onto burnin.csv at once, the section into run.json every so often
-(each device's series thinned: burnin/series.py) and whole at the end, each node's latest counters, and a line of
+(each device's series thinned: stages/burnin/series.py) and whole at the end, each node's latest counters, and a line of
 the figures (docs/burnin.md)."""
 
 from __future__ import annotations

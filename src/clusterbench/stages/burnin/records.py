@@ -92,4 +92,5 @@ class Burnin:
     concluded: bool = False  # the findings are the conclusion's (of the node rules the run was given)
 
 
-BURNIN = Section("burnin", Burnin | None, files=(f"{TABLE}.csv",))  # run.json thins each series; burnin.csv keeps every window
+# run.json thins each series; burnin.csv keeps every window
+BURNIN = Section("burnin", Burnin | None, files=(f"{TABLE}.csv",))

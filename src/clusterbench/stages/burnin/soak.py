@@ -4,10 +4,11 @@
 Every rank runs the same number of windows, each to its place on a schedule counted from a common start: the
 all_reduce among all the job's ranks, a share of the memory test, the deterministic computation, then the dense
 matmul until the window's end. Each window's figures of every rank go to rank 0 in one small gather, which is
-also where a rank that died is noticed (the harness names it); rank 0 records them (burnin/record.py). Each node's
+also where a rank that died is noticed (the harness names it); rank 0 records them (stages/burnin/recorder.py).
+Each node's
 first rank reads the node's counters and events at the start, in the first window, every COUNTERS_EVERY_S and in
 the last window, and sends what they say of the soak so far with its window. A soak cut short (Ctrl-C, a dead
-rank) keeps what rank 0 last saved (burnin/record.py: every window in burnin.csv, the section at most a second
+rank) keeps what rank 0 last saved (stages/burnin/recorder.py: every window in burnin.csv, the section at most a second
 old) with each node's latest reading, rank 0 reading its own node's once more where it has the time, and is
 marked partial.
 """

@@ -39,7 +39,8 @@ def resolve(opts: BurninOptions, context: Context) -> BurninPlan:
         from clusterbench.hw.host import meminfo_bytes  # /proc alone: where a CPU's region is checked
 
         available = meminfo_bytes(key="MemAvailable")
-    return replace(plan_of(opts, available, context.shape.local_ranks or 1), rules=tuple(node_rules.load(opts.node_rules)))
+    return replace(plan_of(opts, available, context.shape.local_ranks or 1),
+                   rules=tuple(node_rules.load(opts.node_rules)))
 
 
 def work(rank: Rank, plan: BurninPlan) -> None:

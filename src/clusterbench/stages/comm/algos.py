@@ -1,6 +1,6 @@
 """Collective algorithms built from point-to-point sends and receives only (docs/methodology.md §13).
 
-Each algorithm fills the same buffers as the native op it stands for (comm/ops.py), so the sweep
+Each algorithm fills the same buffers as the native op it stands for (stages/comm/ops.py), so the sweep
 times it, checks it against the same values and credits it the same busbw factor: an entry here
 is only (name, op, function), its name also listed among the op's `built` algorithms in the
 torch-free table of clusterbench.collectives, which option parsing reads. Every step posts its sends and receives as one batch (ops.exchange),

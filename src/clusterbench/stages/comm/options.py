@@ -2,7 +2,7 @@
 
 Torch-free, so that building any command's parser costs nothing: the vocabulary of every choice
 (ops, reductions, dtypes, timings, scopes, patterns, algorithms) is named here or in
-clusterbench.collectives, and comm/plan.py resolves what was asked into the sweep to run.
+clusterbench.collectives, and stages/comm/plan.py resolves what was asked into the sweep to run.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class CommRow:
     team: str = "all"  # the ranks measured together: all, a node's name, or "rail k"
     nodes: int = field(default=1, metadata=AT_LEAST_ONE)  # the nodes those ranks span
     timing: str = "stamps"  # how it was timed: stamps (p50..cv over calls), loop or graph (over batches)
-    algo: str = "native"  # the backend's own op, or a send/recv algorithm of comm/algos.py (scope "algo")
+    algo: str = "native"  # the backend's own op, or a send/recv algorithm of stages/comm/algos.py (scope "algo")
 
     @property
     def description(self) -> str:

@@ -134,7 +134,8 @@ def _page_view(run: Run, metrics: Metrics) -> View:
     line = line_gbs * BITS_PER_BYTE * BANDWIDTH_UNITS[options.unit][1] if line_gbs else None
     view = View(options.unit, options.check, line, line_text)
     # The ranges of every row and the line: the scopes' panels share them with the ops'.
-    times = [t for r in COMM.of(run) for t in ((r.duration_us, r.p50_us, r.p99_us) if _stamped(r) else (r.duration_us,))]
+    times = [t for r in COMM.of(run)
+             for t in ((r.duration_us, r.p50_us, r.p99_us) if _stamped(r) else (r.duration_us,))]
     scales = Scales(sizes=log_span(r.size_bytes for r in COMM.of(run)),
                     busbw=log_span([view.busbw(r) for r in COMM.of(run)] + [line or 0.0]), latency=log_span(times))
     return replace(view, scales=scales, expected=_expected_words(run, view, metrics.values))

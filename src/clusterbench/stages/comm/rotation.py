@@ -48,7 +48,7 @@ def windows(op: Op, ctx: Ctx, arena: Arena) -> list[Buffers] | None:
     """The op's buffers at consecutive offsets of the arena, in the order the calls take them; None,
     and the arena's memory handed back, where the op's largest buffer does not fit in it twice
     (nccl-tests: steps = 1). The op lays its buffers out on the meta device, so nothing of the size
-    is allocated to learn them; each is a flat tensor or a slice of one (comm/ops.py)."""
+    is allocated to learn them; each is a flat tensor or a slice of one (stages/comm/ops.py)."""
     layout = op.buffers(replace(ctx, device=META, values=replace(ctx.values, device=META)))
     bases = {id(_base(t)): _base(t) for t in layout.values()}
     largest = max((b.numel() * b.element_size() for b in bases.values()), default=0)

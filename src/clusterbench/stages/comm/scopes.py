@@ -8,7 +8,7 @@ inter   one rank per node, the same local rank on each ("rail k"), one rail at a
 algo    (--nccl-algo) the whole job once per NCCL algorithm, side by side.
 
 A phase is the teams that run at the same time; the phases of a scope run one after another.
-Planning them needs no process group; comm/groups.py gives each team its own.
+Planning them needs no process group; stages/comm/groups.py gives each team its own.
 """
 
 from __future__ import annotations

@@ -49,9 +49,11 @@ def report(run: Run, metrics: Metrics) -> list[Part]:
     if COMM.of(run):
         parts.append(Part("comm", "Communication", comm_section(run, metrics), plot_count(run)))
     if COST_MODEL.of(run):
-        parts.append(Part("model", "Model", cost_model_report.cost_model_section(run), cost_model_report.plot_count(run)))
+        parts.append(Part("model", "Model", cost_model_report.cost_model_section(run),
+                          cost_model_report.plot_count(run)))
     if PAIRS.of(run):
-        parts.append(Part("pairs", "Pairwise links", pairs_report.pairs_section(run), plots=pairs_report.plot_count(run)))
+        parts.append(Part("pairs", "Pairwise links", pairs_report.pairs_section(run),
+                          plots=pairs_report.plot_count(run)))
     return parts
 
 

@@ -87,7 +87,7 @@ def _bookkeeping(team: Team) -> Any:
 def measure(op: Op, worker: Worker, plan: CommPlan, count: int, team: Team, algo: str = NATIVE,
             arena: rotation.Arena | None = None) -> CommRow:
     """Time one op at one element count within a team, then check it; identical on the team's ranks.
-    With an arena, each call takes the next window of it (comm/rotation.py) where two fit."""
+    With an arena, each call takes the next window of it (stages/comm/rotation.py) where two fit."""
     opts = plan.options
     ctx = _ctx(op, worker, opts, count, True, team)
     n = ctx.n

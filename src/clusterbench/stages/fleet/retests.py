@@ -1,11 +1,11 @@
 """Which links between nodes to measure again, and what the second look proves (docs/methodology.md §16).
 
 The rounds measure pairs of nodes, many pairs at a time, each figure the median of its messages; the
-bars and the suspects are learned from them (analyse/suspects.py), and every node that is not a suspect
+bars and the suspects are learned from them (stages/fleet/suspects.py), and every node that is not a suspect
 is a healthy partner. The retests measure each suspect against two healthy partners (those it was slow
 with first, the least loaded of them, so that many suspects' retests share rounds and no node carries
 them all), and every other slow pair once more, each keeping its fastest message and round trip, and a
-pair still slow a second time a second later, each way keeping the faster look (fleet/links.py): noise
+pair still slow a second time a second later, each way keeping the faster look (stages/fleet/links.py): noise
 only ever slows a link, so a link that never reaches the bar in all its messages is slow, and one that
 reaches it once can. Then:
 - a suspect slow again, the way it was slow (its sends or its receives), against at least two

@@ -165,5 +165,6 @@ FLEET_STAGE = Stage(
     name="fleet", options=FleetOptions, resolve=resolve, work=work, sections=(FLEET,), nodes=node_results,
     metrics=conclusion.metrics, report=report, conclude=conclude,
     run_defaults=run_defaults, command="qualify a fleet: every node a row, the bad ones proven, an exclude list",
-    checks=("fleet", "fleet job-wide", "fleet job-wide warnings"), writes_report=True, imports=("clusterbench.stages.fleet.qualify", *MODEL_IMPORTS),
+    checks=("fleet", "fleet job-wide", "fleet job-wide warnings"), writes_report=True,
+    imports=("clusterbench.stages.fleet.qualify", *MODEL_IMPORTS),
 )

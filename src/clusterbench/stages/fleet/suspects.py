@@ -5,7 +5,7 @@ median latency. The node with the most slow pairs in one direction, where they a
 direction's pairs (two at least), is a suspect; its pairs are set aside, the medians taken again over the
 rest, and the slow pairs counted again without it, until no node is left so. Of nodes with as many slow pairs, the one
 whose slow pairs run most nearly at one pace goes first: a node's own fault holds all its pairs to its
-pace (analyse/retests.py), while a node slowed by others' faults and a busy moment is slow at as many
+pace (stages/fleet/retests.py), while a node slowed by others' faults and a busy moment is slow at as many
 paces as causes; then the first by name. A node slow only with suspects is explained by them: a node
 held to a tenth of a CPU slows every partner's latency, and those partners are not suspects for it. Two bad nodes of five touch 11 of the 20 pairs, so the median of every
 pair is one of theirs. The medians are learned again only while a majority of the nodes is left to set

@@ -291,7 +291,7 @@ def _read_data(data: str | None) -> tuple[str, str, bytes]:
     """(the task's name, where the data came from, its bytes): the shipped set, or --data."""
     if data is None:
         raw = files.read_bytes(_asset("sft.jsonl"), "the shipped data")
-        return SHIPPED_NAME, "clusterbench/train/assets/sft.jsonl", raw
+        return SHIPPED_NAME, "clusterbench/stages/train/assets/sft.jsonl", raw
     raw = files.read_bytes(Path(data), f"--data {data}")
     return f"file:{Path(data).name}:{hashlib.sha256(raw).hexdigest()[:12]}", data, raw
 

@@ -70,7 +70,7 @@ class LoopResult:
     steps: list[StepResult]
     window_s: float
     status: str  # "complete" or "nan"
-    phases: dict[str, float]  # this rank's seconds per window step of each phase (train/phases.py)
+    phases: dict[str, float]  # this rank's seconds per window step of each phase (stages/train/phases.py)
 
 
 def accumulation(global_batch: int, world_size: int, micro_batch: int) -> int:
@@ -102,7 +102,7 @@ def split(global_batch: int, world_size: int, most: int) -> tuple[int, int]:
 
 def wrap(model: torch.nn.Module, worker: Worker, cfg: LoopConfig, fill: Fill | None = None) -> torch.nn.Module:
     """Move to the device and apply the data-parallel wrapper. Under FSDP, `fill` gives a model built
-    on meta its weights once sharded (train/models.py: build_unfilled)."""
+    on meta its weights once sharded (stages/train/models.py: build_unfilled)."""
     if cfg.activation_checkpointing:
         options: dict = {"use_reentrant": False}
         if cfg.selective_checkpointing:

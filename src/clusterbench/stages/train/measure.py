@@ -2,7 +2,7 @@
 
 Rank 0 prints the progress and records each step as it arrives (at most one run-folder write
 a second, so recording never slows the steps it times), then the speed summary, into the
-section of run.json its stage hands it. Each rank's step split into phases (train/phases.py)
+section of run.json its stage hands it. Each rank's step split into phases (stages/train/phases.py)
 reaches rank 0 in one gather after the first run, never per step. Judging the curve is left
 to the stage's conclusion, after the ranks.
 """
@@ -36,7 +36,7 @@ def measure(rank: Rank, job: TrainJob, keep: Keep, step_rows: bool) -> None:
     worker, folder = rank.worker, rank.folder
     if worker.device.type == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
-    if job.loop.parallel == "fsdp":  # sharding is asked for to hold less: its cost, train/host_memory.py
+    if job.loop.parallel == "fsdp":  # sharding is asked for to hold less: its cost, stages/train/host_memory.py
         host_memory.return_freed_blocks()
     rank.progress.at("loading data")
     opts = job.options

@@ -1,4 +1,4 @@
-"""Which model trains: a preset (train/presets.py), a user config.json, or a local checkpoint.
+"""Which model trains: a preset (stages/train/presets.py), a user config.json, or a local checkpoint.
 
 The parent process resolves the choice to a plain config dict (`ModelSpec`), so errors
 surface before any rank starts and the spec pickles cheaply to every rank; for presets it
@@ -184,7 +184,7 @@ class Unfilled:
 
 def build_unfilled(spec: ModelSpec, seed: int) -> Unfilled:
     """The model to shard, never whole on a rank: fresh weights are replayed into each shard
-    (train/deferred.py); a checkpoint is read by rank 0 alone and its shards sent to the others,
+    (stages/train/deferred.py); a checkpoint is read by rank 0 alone and its shards sent to the others,
     since its bytes exist once, in a file, and not as a seed. deferred.NotReplayable when the build
     does something a replay cannot repeat: the caller then builds the model whole."""
     if spec.path is not None:

@@ -21,7 +21,8 @@ class TrainOptions:
                                 shown="tiny on CPU, llama-1b on a GPU with 40 GiB or more, else 125m")
     model_config: str | None = option(None, "--model-config", group="model",
                                       help="any causal-LM config.json (fresh weights from --seed)")
-    model_path: str | None = option(None, "--model-path", group="model", help="a local transformers checkpoint directory")
+    model_path: str | None = option(None, "--model-path", group="model",
+                                    help="a local transformers checkpoint directory")
     data: str | None = option(None, "--data", group="task", help="SFT JSONL, alpaca or chat form",
                               shown="the shipped set")
     tokenizer: str | None = option(None, "--tokenizer", group="task", help="tokenizer.json or its directory",

@@ -71,8 +71,8 @@ class TrainSummary:
     peak_source: str
     peak_memory_bytes: int | None = field(default=None, metadata=NONNEGATIVE)
     peak_memory_kind: str | None = None
-    model_state_bytes: int | None = field(default=None, metadata=NONNEGATIVE)  # per rank (train/memory.py)
-    weights: str | None = None  # where each rank's weights came from (train/models.py)
+    model_state_bytes: int | None = field(default=None, metadata=NONNEGATIVE)  # per rank (stages/train/memory.py)
+    weights: str | None = None  # where each rank's weights came from (stages/train/models.py)
     status: Literal["complete", "nan"] = "complete"
     stop_reason: str | None = None
 

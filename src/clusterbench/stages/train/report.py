@@ -1,5 +1,5 @@
 """The train section: speed cards, the loss curve against its reference, the alignment verdict, and each
-rank's step split into phases with the slowest rank named (analyse/stragglers.py)."""
+rank's step split into phases with the slowest rank named (stages/train/stragglers.py)."""
 
 from __future__ import annotations
 

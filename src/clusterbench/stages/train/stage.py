@@ -1,5 +1,5 @@
 """The train stage: the fine-tuning benchmark with its loss alignment (docs/methodology.md §4, §5),
-also `clusterbench train`. The numerics canary (stages/canary.py) runs the same way into its own
+also `clusterbench train`. The numerics canary (stages/canary/stage.py) runs the same way into its own
 section."""
 
 from __future__ import annotations

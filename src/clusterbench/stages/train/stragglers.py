@@ -10,7 +10,7 @@ median by the most.
 
 Only DDP's split isolates a rank's own compute: under FSDP the ranks meet at every layer's
 parameter all-gather inside forward and backward, so a fast rank waits for the slowest in its
-"compute" too and the ratio says nothing (train/phases.py).
+"compute" too and the ratio says nothing (stages/train/phases.py).
 """
 
 from __future__ import annotations
