@@ -1,4 +1,4 @@
-"""Ring all_reduce built from send/recv (comm/algos.py) against the backend's own all_reduce.
+"""Ring all_reduce built from send/recv (stages/comm/algos.py) against the backend's own all_reduce.
 
     python bench/bench_algos.py [--nproc 2,3,4] [--size 16M] [--rounds 7] [--iters 10]
 
@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from clusterbench import launch
-from clusterbench.args import size
-from clusterbench.comm.algos import variant
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sweep import _ctx
-from clusterbench.dist import resolve
-from clusterbench.results.schema import CommOptions
+from clusterbench.argtypes import size
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
+from clusterbench.stages.comm.algos import variant
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sweep import _ctx
 
 
 def _round_s(run, iters: int) -> float:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 BARE = r"""
 import json, sys, time, torch
-from clusterbench.burnin import matmul, memory
+from clusterbench.stages.burnin import matmul, memory
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 seconds, region = float(sys.argv[1]), int(sys.argv[2])
 sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

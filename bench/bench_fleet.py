@@ -9,7 +9,7 @@ wall time from launch to the last rank's exit, rank 0's phases (run.json's fleet
 peak memory (VmHWM) and the bytes the fleet's objects take pickled, as they travel to rank 0.
 The projection keeps what is per node (the node-local phase runs on every node at once, so its
 time stays; rank 0 gathers one probe per node) and scales what is per pair, for the default plan of
-pairs (fleet/coverage.py: every pair up to 128 nodes, sampled beyond): its rounds at the measured time of
+pairs (stages/fleet/coverage.py: every pair up to 128 nodes, sampled beyond): its rounds at the measured time of
 a round, and the figures rank 0 receives at each round's end. bench_fleet_scale.py drives rank 0's own
 code at thousands of nodes.
 """
@@ -31,10 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from beds import netns_cluster
 from conftest import finish, start_nodes
 
-from clusterbench.fleet import coverage
 from clusterbench.results import codec
-from clusterbench.results.fleet import NodeProbe
-from clusterbench.results.folder import load_run
+from clusterbench.stages.comm.records import PAIRS
+from clusterbench.stages.fleet import coverage
+from clusterbench.stages.fleet.options import PARTNERS
+from clusterbench.stages.fleet.records import NodeProbe
+from clusterbench.stages.registry import load_run
 
 
 def _peak_kib(pid: int) -> int:
@@ -60,7 +62,7 @@ def one(nodes: int) -> dict:
         run = json.loads((out / "run.json").read_text())
         fleet = run["fleet"]
         probes = [codec.load(NodeProbe, p) for p in fleet["probes"]]
-        pairs = load_run(out).pairs
+        pairs = PAIRS.of(load_run(out))
         csv_bytes = (out / "pairs.csv").stat().st_size
     return {
         "nodes": nodes, "exit": done[0].returncode, "wall_s": wall, "phases_s": fleet["seconds"],
@@ -71,9 +73,9 @@ def one(nodes: int) -> dict:
 
 
 def project(measured: dict, n: int) -> dict:
-    """n nodes with the default plan of pairs: every pair up to coverage.ALL_UP_TO nodes, sampled beyond."""
+    """n nodes with the default plan of pairs: every pair up to ALL_UP_TO nodes, sampled beyond."""
     per_round = measured["phases_s"]["pairwise"] / measured["rounds"]
-    cover = coverage.plan(n, "auto", coverage.PARTNERS, 0)[1]
+    cover = coverage.plan(n, "auto", PARTNERS, 0)[1]
     rows = 2 * cover.pairs
     return {
         "nodes": n, "rounds": cover.rounds, "mode": cover.mode,

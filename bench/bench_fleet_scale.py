@@ -15,9 +15,9 @@ send at 0.3x across the spine and normally inside; bad_link and flaky_link: a li
 nodes at 0.1x, for good or in the rounds only, which nobody is excluded for).
 
 What rank 0 does with the measurements is the real code, timed: the run folder (run.json and pairs.csv
-on disk), the node-local phase's records, the rechecks' choice, the plan of pairs (fleet/coverage.py),
-each round's rows as they arrive (comm/schedule.round_rows, RunFolder.extend), the retests' plan and
-their rows (analyse/retests.Looks), and after the ranks, the folder read back (load_run), the stage's
+on disk), the node-local phase's records, the rechecks' choice, the plan of pairs (stages/fleet/coverage.py),
+each round's rows as they arrive (stages/comm/schedule.round_rows, RunFolder.extend), the retests' plan and
+their rows (stages/fleet/retests.Looks), and after the ranks, the folder read back (load_run), the stage's
 conclusion and rules (commands/stage.conclude) and run.json saved. Making up the measurements is not
 timed. "judge" is that time; "rank-0 peak" the process's peak resident memory above what it held before
 the fleet; "false" the healthy nodes excluded, "missed" the faulty ones not excluded, summed over seeds.
@@ -52,20 +52,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from clusterbench.analyse import bands, retests, suspects
-from clusterbench.comm.pairwise import BW_ITERS, LATENCY_ITERS
-from clusterbench.comm.schedule import round_rows
 from clusterbench.commands.stage import conclude as conclude_command
 from clusterbench.errors import RunFailed
-from clusterbench.fleet import coverage, local
-from clusterbench.fleet.links import LOOK_APART_S, RETEST_ITERS
-from clusterbench.fleet.measures import Found
-from clusterbench.fleet.options import FleetOptions
+from clusterbench.nodechecks import bands
+from clusterbench.nodechecks.measures import Found
 from clusterbench.results import codec
-from clusterbench.results.fleet import Fleet, Retest
-from clusterbench.results.folder import RunFolder, load_run, save_run
-from clusterbench.results.schema import Env, PairRow, Placement
-from clusterbench.stages.fleet import STAGE, FleetJob
+from clusterbench.results.run import Env, Placement
+from clusterbench.stages.comm.pairwise import BW_ITERS, LATENCY_ITERS
+from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.comm.schedule import round_rows
+from clusterbench.stages.fleet import coverage, local, retests, suspects
+from clusterbench.stages.fleet.links import LOOK_APART_S, RETEST_ITERS
+from clusterbench.stages.fleet.options import PARTNERS, FleetOptions
+from clusterbench.stages.fleet.records import FLEET, Fleet, Retest
+from clusterbench.stages.fleet.stage import FLEET_STAGE, FleetJob
+from clusterbench.stages.registry import load_run, run_folder
 
 NODE_FAULTS = ("slow_nic", "starved", "slow_gpu", "bad_rack")
 LINK_FAULTS = ("bad_link", "flaky_link")
@@ -224,7 +225,7 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
                  for r in range(n * gpus)]
         nodes = {name: list(range(i * gpus, (i + 1) * gpus)) for i, name in enumerate(truth.names)}
         with clock.on():
-            folder = RunFolder(path, "fleet", ["clusterbench", "fleet"])
+            folder = run_folder(path).begin("fleet", ["clusterbench", "fleet"])
             folder.record(env=env)
             fleet = Fleet(pair_bar=options.pair_bar, tolerance=options.tolerance,
                           racks=dict(zip(truth.names, truth.racks)) if args.topology else {})
@@ -238,7 +239,7 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
         with clock.on():
             fleet.rechecks = rechecked
             mode = options.pairs if options.pairs != "auto" or options.partners is None else "sampled"
-            schedule, fleet.coverage = coverage.plan(n, mode, options.partners or coverage.PARTNERS, seed,
+            schedule, fleet.coverage = coverage.plan(n, mode, options.partners or PARTNERS, seed,
                                                      truth.racks if args.topology else None)
             folder.record(fleet=fleet)
         rows: list[PairRow] = []
@@ -270,12 +271,12 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
             run = load_run(path)
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    conclude_command(STAGE, run, FleetJob(options), path)
+                    conclude_command(FLEET_STAGE, run, FleetJob(options), path)
                 except RunFailed:
                     pass  # the fleet check fails where a node is excluded: the command's exit 1
-            save_run(path, run)
+            run_folder(path).save(run)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    verdict = {r.node: r.verdict for r in run.fleet.nodes}
+    verdict = {r.node: r.verdict for r in FLEET.of(run).nodes}
     excluded = {node for node, v in verdict.items() if v == "EXCLUDE"}
     measured_bad = [(a, b) for a, b in truth.bad_links if any({a, b} == set(p) for r in schedule for p in r)]
     return {
@@ -284,9 +285,10 @@ def one(n: int, seed: int, args: argparse.Namespace) -> dict:
         "faulty": len(truth.faulty), "suspects": sum(v == "SUSPECT" for v in verdict.values()),
         "false_names": sorted(excluded - truth.faulty)[:5], "missed_names": sorted(truth.faulty - excluded)[:5],
         "rows": len(rows), "rounds": len(schedule), "retest_rounds": planned[0], "second_rounds": planned[1],
-        "retests": len(run.fleet.retests), "bad_links": len(run.fleet.bad_links), "planted_bad": len(truth.bad_links),
-        "bad_measured": len(measured_bad), "flaky": len(run.fleet.flaky), "switches": run.fleet.bad_switches,
-        "coverage": codec.dump(run.fleet.coverage), "ranks": n * gpus,
+        "retests": len(FLEET.of(run).retests), "bad_links": len(FLEET.of(run).bad_links),
+        "planted_bad": len(truth.bad_links),
+        "bad_measured": len(measured_bad), "flaky": len(FLEET.of(run).flaky), "switches": FLEET.of(run).bad_switches,
+        "coverage": codec.dump(FLEET.of(run).coverage), "ranks": n * gpus,
     }
 
 
@@ -304,7 +306,7 @@ def qualify_minutes(r: dict, args: argparse.Namespace) -> float:
 
 
 def against(n: int, seed: int, args: argparse.Namespace, old: object) -> dict:
-    """The links' verdicts of this tree and of another revision's analyse/retests.py (`old`) on the same fleet:
+    """The links' verdicts of this tree and of another revision's retests (`old`) on the same fleet:
     the same rounds, and each pair's retests measured from the same truth (whichever partners each plan picks);
     "right" where the condemned are exactly the nodes planted with a fault of their links."""
     truth = plant(n, args.rack_size, args.faults, args.mix, seed, args)
@@ -336,12 +338,26 @@ def against(n: int, seed: int, args: argparse.Namespace, old: object) -> dict:
             "suspects": sus, "old_suspects": old_sus, "faulty": faulty}
 
 
+# Where the modules the retests import lay before the stages became packages: a revision from before reads them
+# under their old names, which stand here for this tree's.
+_MOVED = {"clusterbench.analyse.suspects": "clusterbench.stages.fleet.suspects",
+          "clusterbench.results.fleet": "clusterbench.stages.fleet.records",
+          "clusterbench.results.schema": "clusterbench.stages.comm.records"}
+
+
 def _old_retests(revision: str) -> object:
-    """analyse/retests.py as `revision` has it, loaded beside this tree's records."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:src/clusterbench/analyse/retests.py"],
-                            capture_output=True, text=True, check=True).stdout
+    """The fleet's retests as `revision` has them (stages/fleet/retests.py, or analyse/retests.py before the
+    stages were packages), loaded beside this tree's records."""
+    for path in ("src/clusterbench/stages/fleet/retests.py", "src/clusterbench/analyse/retests.py"):
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{path}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"{revision} holds no retests.py of the fleet")
+    for old, new in _MOVED.items():
+        sys.modules.setdefault(old, importlib.import_module(new))
     folder = Path(tempfile.mkdtemp())
-    (folder / "old_retests.py").write_text(source)
+    (folder / "old_retests.py").write_text(shown.stdout)
     spec = importlib.util.spec_from_file_location("old_retests", folder / "old_retests.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["old_retests"] = module

@@ -6,7 +6,7 @@ rss    125m on 4 gloo ranks, 2 steps (seq-len 64, global batch 4, micro-batch 1)
        `clusterbench train --parallel ddp|fsdp` (run.json's train.summary.peak_memory_bytes), then of
        ranks this bench starts itself, which call loop.train as `clusterbench train` does, for every
        build (whole: models.build; meta: models.build_unfilled, each rank filling its shards) with
-       glibc's freed blocks kept (its default) or returned (train/host_memory.py). Each bench arm
+       glibc's freed blocks kept (its default) or returned (stages/train/host_memory.py). Each bench arm
        also gives the peak by the first forward, which is the set-up's (build, wrap, optimizer).
 speed  tgs with the freed blocks kept against returned, tiny and 125m, DDP and FSDP, 2 ranks: rounds
        interleaved (the order flips each round), medians.
@@ -18,7 +18,7 @@ align  `clusterbench train --parallel fsdp --nproc N` on the default tiny task (
        tensor, so every number the CPU build draws: 1.6e10 a rank, as torch's init and then
        transformers' both fill each weight) on --record-ranks ranks: 8 of them at once would hold
        8 x 2.1 GB of scratch on this 23.5 GiB machine. Its even ranks return freed blocks (as CPU ranks
-       do), its odd ranks keep them (as GPU ranks do). Then train/memory.py's arithmetic for 8 x 80 GB
+       do), its odd ranks keep them (as GPU ranks do). Then stages/train/memory.py's arithmetic for 8 x 80 GB
        GPUs and 1 TB of host memory.
 
     python bench/bench_memory.py [--parts rss,speed,align,8b] [--rounds 3] [--record-ranks 2]
@@ -41,12 +41,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from clusterbench import launch
-from clusterbench.dist import Worker, resolve
-from clusterbench.stages.train import MODEL_IMPORTS
-from clusterbench.train import deferred, host_memory, memory, models
-from clusterbench.train.data import load_task
-from clusterbench.train.loop import LoopConfig, shard, train
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import Worker, resolve
+from clusterbench.stages.train import deferred, host_memory, memory, models
+from clusterbench.stages.train.data import load_task
+from clusterbench.stages.train.loop import LoopConfig, shard, train
+from clusterbench.stages.train.stage import MODEL_IMPORTS
 
 GIB = 2**30
 RSS_LOOP = LoopConfig(steps=2, warmup_steps=1, global_batch=4, micro_batch=1, lr=3e-4, lr_warmup_steps=10,
@@ -93,7 +93,7 @@ def _read(out: Path) -> list[dict]:
 
 
 def train_job(worker: Worker, arm: Arm, progress) -> None:
-    """As train/measure.py sets a CPU rank up, less the run folder; the allocator setting as the arm says."""
+    """As stages/train/measure.py sets a CPU rank up, less the run folder; the allocator setting as the arm says."""
     torch.use_deterministic_algorithms(True, warn_only=True)
     if arm.returned:
         host_memory.return_freed_blocks()
@@ -244,7 +244,7 @@ class ShardArm:
 def shard_job(worker: Worker, arm: ShardArm, progress) -> None:
     """llama-8b built on meta and sharded, never materialised; this rank's figures. Freed blocks are
     returned as on a CPU rank of `clusterbench train`, except on the odd ranks of the recorded build,
-    which keep them as a GPU rank does (train/measure.py sets the threshold on CPU ranks only)."""
+    which keep them as a GPU rank does (stages/train/measure.py sets the threshold on CPU ranks only)."""
     returned = not (arm.record and worker.rank % 2)
     if returned:
         host_memory.return_freed_blocks()
@@ -313,7 +313,7 @@ def _arithmetic(r: dict, baseline: int, recorded: list[dict]) -> None:
     fill_host, old = largest * 4 + baseline, params * 4
     measured = {way: max((x["built_peak"] for x in recorded if x["returned"] == (way == "returned")), default=None)
                 for way in ("returned", "kept")}
-    print(f"llama-8b: {params:,} parameters; by train/memory.py on {GPUS} x {GPU_BYTES / 1e9:.0f} GB GPUs, "
+    print(f"llama-8b: {params:,} parameters; by stages/train/memory.py on {GPUS} x {GPU_BYTES / 1e9:.0f} GB GPUs, "
           f"{HOST_BYTES / 1e12:.0f} TB host:\n")
     print("| figure | new: meta build, shards filled | old: built whole on every rank |\n|---|---:|---:|")
     print(f"| model state per GPU (16 B x params / {GPUS}) | {state / 1e9:.2f} GB | {state / 1e9:.2f} GB after "
@@ -334,7 +334,7 @@ def _arithmetic(r: dict, baseline: int, recorded: list[dict]) -> None:
         if peak is not None:
             print(f"| measured: the recorded build's peak RSS per rank, freed blocks {way}; x {GPUS} ranks "
                   f"| {peak / 1e9:.2f} GB; {GPUS * peak / 1e9:.1f} GB | - |")
-    print("\nGPU ranks keep freed blocks today (train/measure.py holds the threshold on CPU ranks only), "
+    print("\nGPU ranks keep freed blocks today (stages/train/measure.py holds the threshold on CPU ranks only), "
           "and each adds its CUDA context to the baseline.\n", flush=True)
 
 

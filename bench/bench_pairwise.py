@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterbench.args import size
-from clusterbench.comm.pairwise import BW_ITERS
-from clusterbench.comm.schedule import rounds
+from clusterbench.argtypes import size
 from clusterbench.results import codec
-from clusterbench.results.folder import load_run
+from clusterbench.stages.comm.pairwise import BW_ITERS
+from clusterbench.stages.comm.records import PAIRS
+from clusterbench.stages.comm.schedule import rounds
+from clusterbench.stages.registry import load_run
 
 
 def one(nproc: int, max_bytes: int) -> dict:
@@ -33,7 +34,7 @@ def one(nproc: int, max_bytes: int) -> dict:
                                "pairwise", "-e", str(max_bytes), "--out", f"{tmp}/run"],
                               capture_output=True, text=True, check=True)
         wall = time.monotonic() - start
-        pairs = [codec.dump(p) for p in load_run(Path(tmp) / "run").pairs]
+        pairs = [codec.dump(p) for p in PAIRS.of(load_run(Path(tmp) / "run"))]
     done = [float(s) for s in re.findall(r"# round \d+/\d+ done after ([\d.]+) s", proc.stdout)]
     median_gbps = sorted(p["gbps"] for p in pairs)[len(pairs) // 2]
     return {"nproc": nproc, "rounds": len(done), "rounds_s": done[-1], "per_round_s": done[-1] / len(done),

@@ -3,7 +3,7 @@
 Local ranks fork from a process that imported torch and the command's heavy modules once: the
 command's own process where its fork is clean (comm: no thread since torch's import), else a
 forkserver (train: its process has tokenized and run torch ops, so it has thread pools); before,
-each rank was a spawned interpreter that imported them itself (launch.py: _context). On a machine
+each rank was a spawned interpreter that imported them itself (runtime/launch.py: _context). On a machine
 that runs several jobs, or a CI runner, the CPU seconds are what the start-up takes from the
 others. Each round runs a tiny comm and a tiny train command (2 ranks) of both trees,
 alternating; the machine's CPU seconds come from /proc/stat around each command, so the

@@ -23,17 +23,17 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from clusterbench import launch
-from clusterbench.args import size
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.plan import resolve as resolve_plan
-from clusterbench.comm.rotation import MAX_WINDOWS, Arena
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sizes import count_for, geometric
-from clusterbench.comm.sweep import measure
-from clusterbench.dist import resolve
-from clusterbench.results.schema import CommOptions
+from clusterbench.argtypes import size
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
 from clusterbench.shape import JobShape
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.plan import resolve as resolve_plan
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.rotation import MAX_WINDOWS, Arena
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sizes import count_for, geometric
+from clusterbench.stages.comm.sweep import measure
 from clusterbench.units import human_bytes
 
 

@@ -100,7 +100,7 @@ def build_history(path: Path, n_runs: int, n_nodes: int, seed: int = 20) -> floa
     """Write the store at `path` through its own schema; the seconds it took."""
     from sqlalchemy import insert
 
-    from clusterbench import hostlist
+    from clusterbench.inputs import hostlist
     from clusterbench.store import schema
     from clusterbench.store.db import open_store
     from clusterbench.store.where import sqlite
@@ -190,7 +190,7 @@ def cached_history(n_runs: int, n_nodes: int, rebuild: bool) -> tuple[Path, floa
 
 def fleet_record(n_nodes: int) -> object:
     """A fleet run's record as recording.record_of makes it: each node's 6 figures and verdict, the job's figures."""
-    from clusterbench import hostlist
+    from clusterbench.inputs import hostlist
     from clusterbench.store.record import Figure, RunRecord
 
     rng = random.Random()
@@ -212,12 +212,12 @@ def child_publish(kind: str, source: str, store: str) -> dict[str, float]:
 
     outputs_store = sqlite(Path(store))
     if kind == "folder":
-        from clusterbench.results.folder import load_run  # the harness has the run in hand as it ends
+        from clusterbench.stages.registry import load_run  # the harness has the run in hand as it ends
 
         run = load_run(source)
         t0 = time.perf_counter()
         from clusterbench import publish
-        from clusterbench.recording import record_of
+        from clusterbench.publish.recording import record_of
 
         record = replace(record_of(run, source), uid=uuid.uuid4().hex)
     else:

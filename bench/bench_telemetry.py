@@ -19,17 +19,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterbench import launch
-from clusterbench.args import size
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.plan import resolve as resolve_plan
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sizes import geometric
-from clusterbench.comm.sweep import measure
-from clusterbench.dist import resolve
-from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import CommOptions
+from clusterbench.argtypes import size
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
 from clusterbench.shape import JobShape
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.plan import resolve as resolve_plan
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sizes import geometric
+from clusterbench.stages.comm.sweep import measure
+from clusterbench.stages.registry import run_folder
 from clusterbench.telemetry import recorder as telemetry
 from clusterbench.telemetry.sampler import DEFAULT_HZ
 from clusterbench.units import human_bytes
@@ -44,7 +44,7 @@ def _sweep(worker, sizes: list[int], budget: float) -> list[float]:
 
 def compare(worker, cfg: dict, progress) -> None:
     # Rank 0 records into a run folder as the CLI does: telemetry.csv and run.json at each stage's end.
-    folder = RunFolder(Path(cfg["out"]).parent / "run", "bench", []) if worker.is_main else None
+    folder = run_folder(Path(cfg["out"]).parent / "run").begin("bench", []) if worker.is_main else None
     busbw: dict[str, list[list[float]]] = {"on": [], "off": []}
     samples = 0
     for r in range(cfg["rounds"]):

@@ -5,7 +5,7 @@ wrapper, AdamW, clipping and lr schedule on the same 2 gloo ranks. The bare loop
 metrics: no token counting collective, no loss all-reduce, no per-step sync, no run folder.
 clusterbench's loop runs with the per-step duties of `clusterbench train` (run-folder rows,
 a progress line). A third loop is clusterbench's without the phase clock's marks (each rank's
-step split, train/phases.py), to weigh what they cost alone. Rounds alternate bare /
+step split, stages/train/phases.py), to weigh what they cost alone. Rounds alternate bare /
 clusterbench / clusterbench without phases; the best round of each is compared (the best,
 because other load on a small machine only ever slows a round down).
 
@@ -24,14 +24,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from clusterbench import launch
-from clusterbench.devices import synchronize
-from clusterbench.dist import Worker, resolve
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.schema import StepRow
-from clusterbench.train import flops, models
-from clusterbench.train.data import IGNORE, load_task
-from clusterbench.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap
+from clusterbench.runtime import launch
+from clusterbench.runtime.devices import synchronize
+from clusterbench.runtime.dist import Worker, resolve
+from clusterbench.stages.registry import run_folder
+from clusterbench.stages.train import flops, models
+from clusterbench.stages.train.data import IGNORE, load_task
+from clusterbench.stages.train.loop import ADAM_BETAS, GRAD_CLIP, LoopConfig, grad_sync, train, wrap
+from clusterbench.stages.train.records import StepRow
 
 CASES = {
     "tiny": {"seq_len": 64, "loop": LoopConfig(steps=40, warmup_steps=5, global_batch=16, micro_batch=4, lr=1e-3,
@@ -90,7 +91,7 @@ def bench_job(worker: Worker, out: Path, progress) -> None:
     for preset, case in CASES.items():
         cfg, rounds = case["loop"], case["rounds"]
         task = load_task(seq_len=case["seq_len"], packing=True, seed=0)
-        folder = RunFolder(out / preset, "bench", []) if worker.is_main else None
+        folder = run_folder(out / preset).begin("bench", []) if worker.is_main else None
         bare, ours, unclocked, tflops = [], [], [], []
         for _ in range(rounds):
             bare.append(bare_tgs(worker, preset, cfg, task))

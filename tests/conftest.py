@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterbench.stages.comm.records import PAIRS
+
 # The runs the tests start are recorded nowhere, unless a test names a store (test_store*.py, test_history.py):
 # never in the user's data directory, and without a second's SQLAlchemy import in each of hundreds of runs.
 os.environ["CLUSTERBENCH_STORE"] = "off"
@@ -81,9 +83,9 @@ def read_run(path: Path) -> dict:
 def read_pairs(path: Path) -> list[dict]:
     """A run folder's pair rows, from pairs.csv (run.json only counts them), as run.json's sections read."""
     from clusterbench.results import codec
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
-    return [codec.dump(p) for p in load_run(path).pairs]
+    return [codec.dump(p) for p in PAIRS.of(load_run(path))]
 
 
 @pytest.fixture

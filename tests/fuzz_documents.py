@@ -23,16 +23,15 @@ from typing import Any
 
 import yaml
 from hypothesis import strategies as st
-from report_fixtures import gpu_run_doc
+from report_fixtures import as_run, gpu_run_doc
 
 from clusterbench.analyse import baseline as baselines
 from clusterbench.analyse.expected import shipped_path
-from clusterbench.analyse.references import shipped_dir
 from clusterbench.analyse.rules import default_rules_path
-from clusterbench.registry import metrics_of
 from clusterbench.results import codec, documents
-from clusterbench.results.schema import Run
-from clusterbench.results.telemetry import Sample, StageWindow, Telemetry
+from clusterbench.stages.registry import metrics_of
+from clusterbench.stages.train.references import shipped_dir
+from clusterbench.telemetry.records import Sample, StageWindow, Telemetry
 from clusterbench.telemetry.summary import device_stage
 
 DATA = Path(__file__).parent / "data"
@@ -392,10 +391,10 @@ def telemetry_csv() -> str:
 @functools.cache
 def documents_by_name() -> dict[str, Doc]:
     run = good_run_doc()
-    figures = metrics_of(codec.load(Run, run)).values
+    figures = metrics_of(as_run(run)).values
     baseline = json.loads(documents.to_text(baselines.build([("good", figures), ("other", figures)])))
     return {d.name: d for d in (
-        Doc("run", "json", run, typed=True, free=("model_config", "extra"),
+        Doc("run", "json", run, typed=True, free=("model_config",),
             mappings=("expected", "versions", "settings", "throttle")),
         Doc("baseline", "json", baseline, typed=True, mappings=("metrics",)),
         Doc("reference", "json", reference_doc(), typed=True),
@@ -504,7 +503,7 @@ def rule_values() -> st.SearchStrategy[Set]:
 
 @functools.cache
 def metric_names() -> list[str]:
-    return sorted(metrics_of(codec.load(Run, good_run_doc())).values)
+    return sorted(metrics_of(as_run(good_run_doc())).values)
 
 
 def rule_lists() -> st.SearchStrategy[Set]:

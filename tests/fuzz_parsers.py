@@ -12,9 +12,9 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from clusterbench import registry
 from clusterbench.cli import build_parser
 from clusterbench.results import outputs
+from clusterbench.stages import registry
 
 # Options whose value is a URL: by metavar, or the one that takes a path or a URL.
 _URL = re.compile(r"URL")

@@ -1,4 +1,4 @@
-"""Synthetic run.json documents (the layout of results.schema) for the report and compare tests:
+"""Synthetic run.json documents (the layout of results.run) for the report and compare tests:
 GPU machines this CI has not, and train figures of a size no CPU reaches."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from clusterbench.results import codec
-from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, CommRow, Run
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run, from_doc, to_doc, upgraded
+from clusterbench.stages.comm.records import CommRow
+from clusterbench.stages.registry import sections
 
 
 def train_section(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS") -> dict[str, Any]:
@@ -104,8 +105,13 @@ def gpu_run_doc(hardware: dict[str, Any], **overrides: Any) -> dict[str, Any]:
 
 
 def as_run(doc: dict[str, Any]) -> Run:
-    """The document as the typed record every reader of run.json gets."""
-    return codec.load(Run, doc)
+    """The document (of its version) as the typed record every reader of run.json gets."""
+    return from_doc(upgraded(doc, doc.get("schema_version", SCHEMA_VERSION), sections()), sections())
+
+
+def doc_of(run: Run) -> dict[str, Any]:
+    """The run as run.json holds it."""
+    return to_doc(run, sections())
 
 
 def write_run(folder: Path, doc: dict[str, Any]) -> Path:

@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from clusterbench.train import models
-from clusterbench.train.loop import LoopConfig, shard
+from clusterbench.stages.train import models
+from clusterbench.stages.train.loop import LoopConfig, shard
 
 LOOP = LoopConfig(steps=1, warmup_steps=0, global_batch=1, micro_batch=1, lr=1e-3, lr_warmup_steps=0,
                   dtype="float32", parallel="fsdp", activation_checkpointing=False)

@@ -11,7 +11,7 @@ import torch
 from report_fixtures import as_run, gpu_run_doc
 
 from clusterbench.hw import affinity
-from clusterbench.registry import judge, page
+from clusterbench.stages.registry import judge, page
 
 DGX_H100 = json.loads((Path(__file__).parent / "data" / "hardware" / "dgx-h100.json").read_text())
 SOCKET = {0: "0-55,112-167", 1: "56-111,168-223"}

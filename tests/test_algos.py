@@ -16,13 +16,13 @@ import pytest
 import torch
 from conftest import assert_one_line_error, read_run, run_cli
 
-from clusterbench import launch
-from clusterbench.comm.algos import ALGOS, variant
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.scopes import Team
-from clusterbench.comm.sweep import _ctx
-from clusterbench.dist import resolve
-from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
+from clusterbench.stages.comm.algos import ALGOS, variant
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import Team
+from clusterbench.stages.comm.sweep import _ctx
 
 DTYPES = ("float32", "bfloat16", "int32")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clusterbench.analyse import alignment
-from clusterbench.train.loop import LoopConfig, out_of_memory
+from clusterbench.stages.train import alignment
+from clusterbench.stages.train.loop import LoopConfig, out_of_memory
 
 
 def test_figures_follow_reference_section_5() -> None:

@@ -4,6 +4,7 @@ folders without torch, and one table of facts per collective that every reader a
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import subprocess
 import sys
@@ -12,69 +13,105 @@ from pathlib import Path
 import pytest
 from report_fixtures import gpu_run_doc, write_run
 
-from clusterbench.analyse import predict
 from clusterbench.collectives import BUILT_REDUCTIONS, COLLECTIVES, NCCL_ALGORITHMS, REDUCE_OPS
-from clusterbench.comm import algos, ops
+from clusterbench.stages.comm import algos, ops, predict
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "src" / "clusterbench"
 ARCHITECTURE = (REPO / "docs" / "architecture.md").read_text()
 
 
-def _layers() -> dict[str, int]:
-    """Room -> layer number, from the table of docs/architecture.md."""
-    rooms = {}
-    for number, cell in re.findall(r"^\| (\d+) [^|]*\| ([^|]*) \|", ARCHITECTURE, re.MULTILINE):
-        for room in re.findall(r"`([^`]+)`", cell):
-            rooms[room] = int(number)
-    return rooms
+ROLES = ("basics", "records", "analysis", "report", "machine", "measurement", "stages", "runtime", "commands")
 
 
-def _room(path: Path) -> str:
-    rel = path.relative_to(PACKAGE)
-    return f"{rel.parts[0]}/" if len(rel.parts) > 1 else rel.name
+def _role_table() -> list[tuple[str, str]]:
+    """(pattern, role) from the table of docs/architecture.md: a file (`errors.py`), a folder (`results/`) or a
+    pattern of a stage's package (`stages/*/records.py`)."""
+    table = []
+    for role, cell in re.findall(r"^\| ([a-z]+) \| ([^|]*) \|", ARCHITECTURE, re.MULTILINE):
+        if role in ROLES:
+            table += [(pattern, role) for pattern in re.findall(r"`([^`]+)`", cell)]
+    return table
 
 
-def _room_of_module(name: str) -> str | None:
-    parts = name.split(".")
-    if parts[0] != "clusterbench":
-        return None
-    if len(parts) == 1:
-        return "__init__.py"
-    return f"{parts[1]}/" if (PACKAGE / parts[1]).is_dir() else f"{parts[1]}.py"
+def _specificity(pattern: str) -> tuple[int, int, int]:
+    parts = pattern.rstrip("/").split("/")
+    return (sum(part != "*" for part in parts), len(parts), not pattern.endswith("/"))
 
 
-def _imports() -> dict[str, set[str]]:
-    """Room -> the rooms its modules import, at module level or inside functions alike."""
-    found: dict[str, set[str]] = {}
+def _matches(pattern: str, rel: str) -> bool:
+    """`FOLDER/`: everything under it; a file, where a `*` stands for one folder."""
+    if pattern.endswith("/"):
+        return fnmatch.fnmatch(rel, pattern + "*") and rel.count("/") >= pattern.count("/")
+    return fnmatch.fnmatch(rel, pattern) and rel.count("/") == pattern.count("/")
+
+
+def _modules() -> dict[str, str]:
+    """Module -> its path under the package (errors.py, runtime/launch.py)."""
+    found = {}
     for path in PACKAGE.rglob("*.py"):
-        mine = _room(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            else:
-                continue
-            for name in names:
-                room = _room_of_module(name)
-                if room is not None and room != mine and (PACKAGE / room.rstrip("/")).exists():
-                    found.setdefault(mine, set()).add(room)
+        rel = path.relative_to(PACKAGE).as_posix()
+        name = ".".join(("clusterbench", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+        found[name] = rel
     return found
 
 
-def test_every_room_has_a_layer_and_no_import_runs_back_up() -> None:
-    layers, imports = _layers(), _imports()
-    rooms = {_room(p) for p in PACKAGE.rglob("*.py")}
-    assert rooms - set(layers) == set(), "rooms docs/architecture.md does not place in a layer"
-    assert set(layers) - rooms == set(), "rooms docs/architecture.md names that do not exist"
-    upward = [f"{a} (layer {layers[a]}) imports {b} (layer {layers[b]})"
-              for a, targets in imports.items() for b in targets if layers[b] > layers[a]]
+def _role_of(rel: str, table: list[tuple[str, str]]) -> str | None:
+    fitting = [(pattern, role) for pattern, role in table if _matches(pattern, rel)]
+    return max(fitting, key=lambda fit: _specificity(fit[0]))[1] if fitting else None
+
+
+def _imports(modules: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports, at module level or inside functions alike."""
+    found: dict[str, set[str]] = {}
+    for name, rel in modules.items():
+        for node in ast.walk(ast.parse((PACKAGE / rel).read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from PACKAGE import MODULE` imports that module; `from MODULE import NAME`, that module
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                         for a in node.names]
+            else:
+                continue
+            for target in names:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target.startswith("clusterbench") and target != name:
+                    found.setdefault(name, set()).add(target)
+    return found
+
+
+def test_every_module_has_a_role_and_no_import_runs_back_up() -> None:
+    table, modules = _role_table(), _modules()
+    roles = {name: _role_of(rel, table) for name, rel in modules.items()}
+    assert [rel for name, rel in modules.items() if roles[name] is None] == [], \
+        "modules docs/architecture.md gives no role"
+    unused = [pattern for pattern, _ in table if not any(_matches(pattern, rel) for rel in modules.values())]
+    assert unused == [], "patterns docs/architecture.md names that match no module"
+    rank = {role: i for i, role in enumerate(ROLES)}
+    upward = [f"{modules[a]} ({roles[a]}) imports {modules[b]} ({roles[b]})"
+              for a, targets in _imports(modules).items() for b in targets
+              if rank[roles[b]] > rank[roles[a]] and b != "clusterbench"]
     assert upward == []
 
 
-def test_no_rooms_import_each_other_in_a_circle() -> None:
-    imports = _imports()
+# The command line's entry: the top level's only modules that are not shared basics.
+ENTRY = ("cli.py", "__main__.py")
+LONGEST = 400  # lines: past it a module is split by what it does
+
+
+def test_the_top_level_holds_only_the_shared_basics_and_no_module_is_long() -> None:
+    table = _role_table()
+    top = [path.name for path in PACKAGE.glob("*.py") if path.name not in ENTRY]
+    assert [name for name in top if _role_of(name, table) != "basics"] == []
+    long = [f"{rel}: {n} lines" for rel in _modules().values()
+            if (n := len((PACKAGE / rel).read_text().splitlines())) > LONGEST]
+    assert long == []
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    imports = _imports(_modules())
 
     def reach(start: str) -> set[str]:
         seen, todo = set(), [start]
@@ -85,18 +122,21 @@ def test_no_rooms_import_each_other_in_a_circle() -> None:
                     todo.append(nxt)
         return seen
 
-    assert [room for room in imports if room in reach(room)] == []
+    assert [module for module in imports if module in reach(module)] == []
 
 
-def test_the_rooms_a_command_reads_before_its_ranks_import_no_torch() -> None:
-    layers = _layers()
-    free = [room for room, layer in layers.items() if layer <= 3 or layer == 6] + ["command.py", "commands/", "cli.py"]
-    modules = sorted(".".join(("clusterbench", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
-                     for path in PACKAGE.rglob("*.py")
-                     if _room(path) in free and _room(path) != "rendezvous.py" and path.name != "__main__.py")
-    code = f"import sys; import {', '.join(modules)}; print('torch' in sys.modules, 'transformers' in sys.modules)"
+# Read by every command's parser, though of the run-time: they load no torch.
+TORCH_FREE_RUNTIME = ("runtime/command.py", "runtime/launchers.py")
+
+
+def test_the_modules_a_command_reads_before_its_ranks_import_no_torch() -> None:
+    table, modules = _role_table(), _modules()
+    free = {"basics", "records", "analysis", "report", "stages", "commands"}
+    names = sorted(name for name, rel in modules.items()
+                   if (_role_of(rel, table) in free or rel in TORCH_FREE_RUNTIME) and rel != "__main__.py")
+    code = f"import sys; import {', '.join(names)}; print('torch' in sys.modules, 'transformers' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.split() == ["False", "False"], f"{len(modules)} modules"
+    assert proc.stdout.split() == ["False", "False"], f"{len(names)} modules"
 
 
 @pytest.mark.parametrize("module", ["commands.compare", "commands.report", "commands.diagnose", "commands.baseline",

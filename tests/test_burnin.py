@@ -1,6 +1,6 @@
 """`clusterbench burnin` as users run it: real gloo ranks soaking for seconds, faults injected through the test-only
 hooks (a flipped memory word, a slowed matmul, a rank killed), a real CPU quota midway, Ctrl-C; and the drift
-detection of analyse/burnin.py, the thinning of a long soak's series, and the judging of the nodes' counters and
+detection of stages/burnin/metrics.py, the thinning of a long soak's series, and the judging of the nodes' counters and
 the telemetry on soaks made to order."""
 
 from __future__ import annotations
@@ -22,20 +22,19 @@ import pytest
 from conftest import assert_one_line_error, read_run, run_cli, run_side_by_side
 
 from clusterbench import cli
-from clusterbench.analyse import burnin as analysis
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.verdicts import overall
-from clusterbench.burnin.series import Series
 from clusterbench.commands import run as run_command
 from clusterbench.hw.events import ACTIONS
-from clusterbench.registry import judge
 from clusterbench.results import codec
-from clusterbench.results.burnin import Burnin, NodeCounters, Window, WrongWord
 from clusterbench.results.findings import Finding
-from clusterbench.results.folder import RunFolder, load_run
-from clusterbench.results.schema import Run
-from clusterbench.results.telemetry import DeviceStage, Spread, Telemetry
+from clusterbench.results.run import Run
 from clusterbench.shape import JobShape
+from clusterbench.stages.burnin import metrics
+from clusterbench.stages.burnin.records import Burnin, NodeCounters, Window, WrongWord
+from clusterbench.stages.burnin.series import Series
+from clusterbench.stages.registry import judge, load_run, run_folder
+from clusterbench.telemetry.records import DeviceStage, Spread, Telemetry
 
 WINDOW = 0.5
 SOAK = ["burnin", "--nproc", "2", "--duration", "6", "--window", str(WINDOW)]
@@ -43,7 +42,7 @@ WINDOW_COLUMNS = [f.name for f in fields(Window)]
 
 
 def _section(out: Path) -> Burnin:
-    return codec.load(Burnin, read_run(out)["extra"]["burnin"])
+    return codec.load(Burnin, read_run(out)["burnin"])
 
 
 def _csv_rows(out: Path) -> list[dict[str, str]]:
@@ -63,7 +62,7 @@ def _windows_so_far(out: Path) -> list[dict]:
 def _saved_windows(out: Path) -> list[dict]:
     """The windows run.json holds so far (saved once a second at most)."""
     try:
-        return read_run(out).get("extra", {}).get("burnin", {}).get("windows", [])
+        return (read_run(out).get("burnin") or {}).get("windows", [])
     except (OSError, ValueError):  # not written yet, or caught between its write and its rename
         return []
 
@@ -111,7 +110,7 @@ def test_a_healthy_soak_passes_and_leaves_a_row_per_device_and_window(tmp_path: 
     b = _section(out)
     assert not b.partial and b.duration_s == 6 and b.window_s == WINDOW and b.level is None
     assert b.memory_bytes == 256 << 20  # a CPU's default: 256 MiB per rank, well within this host's memory
-    assert [len(rows) for rows in analysis.series(b.windows).values()] == [12, 12]
+    assert [len(rows) for rows in metrics.series(b.windows).values()] == [12, 12]
     assert all(w.matmul_tflops > 0 and w.memory_gbps > 0 and w.busbw_gbps > 0 and w.wrong_words == 0
                and w.repeat_same and w.digest == b.windows[0].digest for w in b.windows)
     assert not [f for f in b.findings if f.severity == "critical"] and b.wrong == []
@@ -142,8 +141,8 @@ def test_a_flipped_word_and_a_matmul_slowed_midway_are_caught(tmp_path: Path) ->
     assert sum(w.wrong_words for w in b.windows) == 1
     (memory,) = [f for f in b.findings if "memory test" in f.what]
     assert memory.severity == "critical" and "RMA" in memory.action and f"0x{b.wrong[0].offset:x}" in memory.action
-    drifts = [d for d in analysis.drifts(b) if d.figure == "matmul_tflops" and d.subject.startswith("rank 1 ")]
-    assert len(drifts) == 1, analysis.drifts(b)
+    drifts = [d for d in metrics.drifts(b) if d.figure == "matmul_tflops" and d.subject.startswith("rank 1 ")]
+    assert len(drifts) == 1, metrics.drifts(b)
     assert drifts[0].shape == "step" and abs(drifts[0].start_s - slow_from) <= 2 * WINDOW, drifts
     assert drifts[0].fell > 0.9
     assert any(f.what.startswith("matmul TFLOP/s fell") and f.subject.startswith("rank 1") for f in b.findings)
@@ -194,7 +193,7 @@ def test_a_cpu_quota_put_on_the_ranks_midway_is_a_drift_from_when_it_began(tmp_p
                 (root / "cgroup.procs").write_text(pid)
         group.rmdir()
     assert proc.returncode == 1 and "burnin drift FAIL" in stderr, stderr
-    drifts = [d for d in analysis.drifts(_section(out)) if d.figure == "matmul_tflops"]
+    drifts = [d for d in metrics.drifts(_section(out)) if d.figure == "matmul_tflops"]
     assert {d.subject.split(" on ")[0] for d in drifts} == {"rank 0 cpu", "rank 1 cpu"}, drifts
     # The quota went on within a poll of the last window seen, and the step's start is a window's end.
     assert all(d.shape == "step" and began - WINDOW <= d.start_s <= began + 2 * WINDOW for d in drifts), (began, drifts)
@@ -226,7 +225,7 @@ def test_a_rank_killed_mid_soak_is_named_and_its_windows_kept(tmp_path: Path) ->
     doc = read_run(out)
     assert doc["status"] == "failed" and "rank 1 died" in doc["error"]
     b = _section(out)
-    assert b.partial and [len(rows) for rows in analysis.series(b.windows).values()] == [3, 3]
+    assert b.partial and [len(rows) for rows in metrics.series(b.windows).values()] == [3, 3]
     assert len(_csv_rows(out)) == 6
 
 
@@ -275,7 +274,7 @@ def _times(n: int) -> list[float]:
 
 def test_a_step_down_is_a_drift_from_where_it_began() -> None:
     ys = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 5.1, 5.0, 4.9, 5.2, 5.0]
-    d = analysis.find_drift(_times(len(ys)), ys, 0.1)
+    d = metrics.find_drift(_times(len(ys)), ys, 0.1)
     assert d is not None and d.shape == "step" and d.start_s == 3.0 and d.before == 10.0 and d.after == 5.0
     assert d.fell == pytest.approx(0.5)
     assert replace(d, subject="rank 0 cpu on n", figure="matmul_tflops").finding().what == (
@@ -285,23 +284,23 @@ def test_a_step_down_is_a_drift_from_where_it_began() -> None:
 def test_a_step_down_is_found_through_noise_and_noise_alone_is_not() -> None:
     rng = random.Random(7)
     noisy = [100 * (1 + rng.uniform(-0.15, 0.15)) for _ in range(40)]
-    assert analysis.find_drift(_times(40), noisy, 0.1) is None
+    assert metrics.find_drift(_times(40), noisy, 0.1) is None
     stepped = noisy[:25] + [y * 0.6 for y in noisy[25:]]
-    d = analysis.find_drift(_times(40), stepped, 0.1)
+    d = metrics.find_drift(_times(40), stepped, 0.1)
     assert d is not None and d.shape == "step" and abs(d.start_s - 12.5) <= 1.0 and 0.3 < d.fell < 0.5
 
 
 def test_flat_rising_small_and_short_series_are_no_drift() -> None:
-    assert analysis.find_drift(_times(20), [5.0] * 20, 0.1) is None
-    assert analysis.find_drift(_times(12), [5.0] * 6 + [9.0] * 6, 0.1) is None  # faster later: a warm-up
-    assert analysis.find_drift(_times(12), [5.0] * 6 + [4.8] * 6, 0.1) is None  # within the tolerance
-    assert analysis.find_drift(_times(5), [9.0, 9.0, 1.0, 1.0, 1.0], 0.1) is None  # fewer than 3 windows a side
-    assert analysis.find_drift([], [], 0.1) is None
+    assert metrics.find_drift(_times(20), [5.0] * 20, 0.1) is None
+    assert metrics.find_drift(_times(12), [5.0] * 6 + [9.0] * 6, 0.1) is None  # faster later: a warm-up
+    assert metrics.find_drift(_times(12), [5.0] * 6 + [4.8] * 6, 0.1) is None  # within the tolerance
+    assert metrics.find_drift(_times(5), [9.0, 9.0, 1.0, 1.0, 1.0], 0.1) is None  # fewer than 3 windows a side
+    assert metrics.find_drift([], [], 0.1) is None
 
 
 def test_a_steady_decline_is_told_from_a_step() -> None:
     ys = [10 - 0.25 * i for i in range(20)]  # 10 down to 5.25, evenly
-    d = analysis.find_drift(_times(20), ys, 0.1)
+    d = metrics.find_drift(_times(20), ys, 0.1)
     assert d is not None and d.shape == "decline" and d.before == pytest.approx(10.0) and d.after == pytest.approx(5.25)
     assert "fell 48% steadily over the soak" in replace(d, figure="memory_gbps").finding().what
 
@@ -316,33 +315,34 @@ def test_a_device_outside_its_kinds_majority_or_its_own_first_result_is_critical
     windows = [_window(r, i, "b" if (r, i) == (2, 4) else "a", repeat_same=(r, i) != (1, 5))
                for i in range(8) for r in range(3)]
     b = Burnin(4.0, 0.5, windows=windows)
-    assert list(analysis.outvoted(b)) == [2] and list(analysis.repeats_changed(b)) == [1]
+    assert list(metrics.outvoted(b)) == [2] and list(metrics.repeats_changed(b)) == [1]
     m = Metrics()
-    analysis.metrics(Run(status="complete", extra={"burnin": codec.dump(b)}), m)
+    metrics.metrics(Run(status="complete", sections={"burnin": b}), m)
     assert m.values["burnin.outvoted"] == 1 and m.values["burnin.repeat_changed"] == 1
     assert m.values["burnin.partial"] == 0 and m.values["burnin.drift"] == 0 and m.values["burnin.windows"] == 8
-    found = analysis.conclude(b, None, cut_short=False).findings
+    found = metrics.judge_soak(b, None, cut_short=False).findings
     assert [f.subject for f in found if f.severity == "critical"] == ["rank 1 cpu on n", "rank 2 cpu on n"]
     two = Burnin(4.0, 0.5, windows=[_window(r, i, "b" if (r, i) == (1, 3) else "a") for i in range(8) for r in (0, 1)])
-    assert sorted(analysis.outvoted(two)) == [0, 1]  # two that disagree: no majority to say which
+    assert sorted(metrics.outvoted(two)) == [0, 1]  # two that disagree: no majority to say which
 
 
 def test_a_soak_short_of_its_windows_is_partial_and_judged_on_what_it_measured() -> None:
     b = Burnin(6.0, 0.5, windows=[_window(r, i) for i in range(5) for r in (0, 1)])
     m = Metrics()
-    analysis.metrics(Run(status="failed", extra={"burnin": json.loads(json.dumps(codec.dump(b)))}), m)
+    reread = codec.load(Burnin, json.loads(json.dumps(codec.dump(b))))
+    metrics.metrics(Run(status="failed", sections={"burnin": reread}), m)
     assert m.values["burnin.partial"] == 1 and m.values["burnin.windows"] == 5
     assert m.values["burnin.wrong_words"] == 0 and m.values["burnin.matmul_tflops.min"] == 1.0
-    assert analysis.conclude(b, None, cut_short=False).partial
+    assert metrics.judge_soak(b, None, cut_short=False).partial
 
 
 def test_a_wrong_word_with_its_top_bit_set_round_trips_through_run_json(tmp_path: Path) -> None:
     """run.json holds no number of 2**63 or more: the words are kept as text."""
     word = WrongWord(0, "cpu", 1.5, 4096, WrongWord.text(-1), WrongWord.text(-2))
     assert (word.wrote, word.read) == ("0xffffffffffffffff", "0xfffffffffffffffe")
-    folder = RunFolder(tmp_path, "burnin", [])
-    folder.record_extra("burnin", Burnin(6.0, 0.5, wrong=[word]))
-    assert analysis.section(load_run(tmp_path)).wrong == [word]
+    folder = run_folder(tmp_path).begin("burnin", [])
+    folder.record(burnin=Burnin(6.0, 0.5, wrong=[word]))
+    assert metrics.section(load_run(tmp_path)).wrong == [word]
     with pytest.raises(ValueError, match="not a 64-bit word"):
         WrongWord(0, "cpu", 1.5, 4096, "18446744073709551615", "0x0000000000000000")
 
@@ -355,14 +355,15 @@ def test_a_long_soak_is_thinned_in_run_json_and_judged_alike() -> None:
         series.add([_window(r, i, "b" if (r, i) == (2, 13) else "a", matmul_tflops=0.5 if r == 1 and i >= 20 else 1.0)
                     for r in range(3)])
     b = Burnin(20.0, 0.5, windows=series.windows(), tolerance=0.3)
-    by = analysis.series(b.windows)
-    assert [len(rows) for rows in by.values()] == [10] * 3 and [analysis.measured(rows) for rows in by.values()] == [40] * 3
-    assert not analysis.partial(b) and list(analysis.repeats_changed(b)) == []
-    assert list(analysis.outvoted(b)) == [2]
-    (d,) = analysis.drifts(b)
+    by = metrics.series(b.windows)
+    assert [len(rows) for rows in by.values()] == [10] * 3
+    assert [metrics.measured(rows) for rows in by.values()] == [40] * 3
+    assert not metrics.partial(b) and list(metrics.repeats_changed(b)) == []
+    assert list(metrics.outvoted(b)) == [2]
+    (d,) = metrics.drifts(b)
     assert d.figure == "matmul_tflops" and d.subject.startswith("rank 1") and d.start_s == 10.0
     m = Metrics()
-    analysis.metrics(Run(extra={"burnin": codec.dump(b)}), m)
+    metrics.metrics(Run(sections={"burnin": b}), m)
     assert m.values["burnin.windows"] == 40 and m.values["burnin.outvoted"] == 1
 
 
@@ -378,11 +379,11 @@ def test_the_nodes_counters_and_the_telemetry_over_a_soak_are_judged() -> None:
                                                                         "counters.nic_errors": 0.0}, [xid, drops], 4.0)])
     gpu = DeviceStage("burnin", "n", "cuda:0", "H100", 0, 40, ecc_uncorrected=Spread(0, 1, 2),
                       ecc_corrected=Spread(5, 5, 5))
-    run = Run(status="complete", extra={"burnin": codec.dump(b)}, telemetry=Telemetry(1.0, 0.0, devices=[gpu]))
+    run = Run(status="complete", sections={"burnin": b, "telemetry": Telemetry(1.0, 0.0, devices=[gpu])})
     verdicts = {v.check: v.status for v in judge(run)}
     assert (verdicts["burnin counters"], verdicts["burnin uncorrected ECC"], verdicts["burnin corrected ECC"]) == (
         "FAIL", "FAIL", "PASS")
-    found = analysis.judged(run).findings
+    found = metrics.judged(run).findings
     (miss,) = [f for f in found if f.metric == "counters.xid_critical"]
     assert (miss.node, miss.severity, miss.action) == ("n", "critical", ACTIONS["reseat_rma"])
     assert miss.what.startswith("critical Xid events: cuda:0: Xid 79") and ACTIONS["reseat_rma"] in miss.what

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 from report_fixtures import as_run, gpu_run_doc
 
-from clusterbench.analyse import alignment, references
 from clusterbench.errors import UsageError
-from clusterbench.registry import judge, page
 from clusterbench.shape import JobShape
-from clusterbench.stages import canary
+from clusterbench.stages.canary.records import CANARY
+from clusterbench.stages.canary.stage import CANARY_STAGE
+from clusterbench.stages.registry import judge, page
 from clusterbench.stages.stage import Context, NoOptions, NotRun
-from clusterbench.train import job as train_job
-from clusterbench.train.options import TrainOptions
+from clusterbench.stages.train import alignment, references
+from clusterbench.stages.train import job as train_job
+from clusterbench.stages.train.options import TrainOptions
+from clusterbench.stages.train.records import Train
 
 
 def _verdict(run, check: str):
@@ -27,8 +29,8 @@ def _with_canary(scale: float):
     canary = train_job.canary(8)  # the same job on any device type
     doc = gpu_run_doc({"hostname": "a"}, verdicts=[])
     run = as_run(doc)
-    run.canary = run.train.__class__(config=canary.config, losses=losses,
-                                     alignment=alignment.compare(losses, ref.losses, limits, 100, label))
+    CANARY.set(run, Train(config=canary.config, losses=losses,
+                                     alignment=alignment.compare(losses, ref.losses, limits, 100, label)))
     return run
 
 
@@ -55,8 +57,9 @@ def test_the_canary_is_the_shipped_task_and_says_when_it_cannot_run() -> None:
     other = train_job.build(TrainOptions(preset="tiny", seed=3), "cpu", 2)
     for world, train, reason in ((8, None, None), (8, job, None), (17, other, "give each of 17 ranks a row")):
         with pytest.raises(NotRun) as left_out:
-            canary.STAGE.resolve(NoOptions(), Context(JobShape(world, "cpu", "gloo", world), plan_of=lambda _, job=train: job))
+            CANARY_STAGE.resolve(NoOptions(),
+                                 Context(JobShape(world, "cpu", "gloo", world), plan_of=lambda _, job=train: job))
         assert (left_out.value.reason is None) if reason is None else reason in left_out.value.reason
     # 3 ranks hold 6+5+5 of the 16 rows, each in 2 micro-batches.
-    uneven = canary.STAGE.resolve(NoOptions(), Context(JobShape(3, "cpu", "gloo", 3), plan_of=lambda _: other))
+    uneven = CANARY_STAGE.resolve(NoOptions(), Context(JobShape(3, "cpu", "gloo", 3), plan_of=lambda _: other))
     assert uneven.exact_float32 and (uneven.config.micro_batch, uneven.config.grad_accum) == (3, 2)

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from clusterbench.errors import UsageError
-from clusterbench.results.folder import RunFolder, load_run
-from clusterbench.results.schema import CommRow, PairRow, StepRow
+from clusterbench.results.folder import RunFolder
 from clusterbench.results.table_csv import read_rows
+from clusterbench.stages.comm.records import COMM, PAIRS, CommRow, PairRow
+from clusterbench.stages.registry import load_run, run_folder
+from clusterbench.stages.train.records import TRAIN_STEPS, StepRow
 
 HOUR = 3600.0  # no save of run.json while the test appends
 
@@ -26,7 +28,7 @@ def step_row(i: int) -> StepRow:
 
 def killed_between_saves(path: Path, saved: int, appended: int) -> RunFolder:
     """A folder whose run.json holds `saved` rows of each table and whose CSVs hold `appended` more."""
-    folder = RunFolder(path, "comm", ["comm"])
+    folder = run_folder(path).begin("comm", ["comm"])
     for i in range(saved + appended):
         if i == saved:
             folder.flush()
@@ -41,15 +43,16 @@ def test_rows_past_the_last_save_are_read_back_whole(tmp_path: Path) -> None:
     on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
     assert on_disk["status"] == "running" and len(on_disk["comm"]) == 2
     run = load_run(tmp_path / "r")
-    assert run.comm == folder.run.comm and len(run.comm) == 5  # floats, None and bools as they were measured
-    assert run.train_steps == folder.run.train_steps and run.pairs == folder.run.pairs
+    # floats, None and bools as they were measured
+    assert COMM.of(run) == COMM.of(folder.run) and len(COMM.of(run)) == 5
+    assert TRAIN_STEPS.of(run) == TRAIN_STEPS.of(folder.run) and PAIRS.of(run) == PAIRS.of(folder.run)
 
 
 def test_a_finished_run_is_read_as_saved(tmp_path: Path) -> None:
     folder = killed_between_saves(tmp_path / "r", saved=2, appended=3)
-    folder.run.comm.pop()
+    COMM.of(folder.run).pop()
     folder.finish("failed", "rank 0 died")  # finished: run.json is the record, whatever the CSV says
-    assert len(load_run(tmp_path / "r").comm) == 4
+    assert len(COMM.of(load_run(tmp_path / "r"))) == 4
 
 
 @pytest.mark.parametrize("damage", ["another run's rows", "a row cut short", "other columns"])
@@ -65,7 +68,7 @@ def test_a_csv_that_is_not_this_runs_record_is_left_out(tmp_path: Path, damage: 
         lines[0] = lines[0].replace("busbw_gbps", "bus_bw")
     csv_path.write_text("".join(lines))
     run = load_run(tmp_path / "r")
-    assert len(run.comm) == 2 and len(run.train_steps) == 5  # the other tables still catch up
+    assert len(COMM.of(run)) == 2 and len(TRAIN_STEPS.of(run)) == 5  # the other tables still catch up
 
 
 def test_read_rows_names_the_file_and_line_that_does_not_fit(tmp_path: Path) -> None:
@@ -83,7 +86,7 @@ def test_a_last_line_without_its_newline_is_a_write_never_finished_and_the_rows_
     csv_path = tmp_path / "r" / "comm.csv"
     text = csv_path.read_text()
     csv_path.write_text(text[:-15])  # the kill came in the middle of the last row's write
-    assert len(load_run(tmp_path / "r").comm) == 4
+    assert len(COMM.of(load_run(tmp_path / "r"))) == 4
 
 
 def test_the_pairs_live_in_their_csv_alone_and_run_json_counts_them(tmp_path: Path) -> None:
@@ -91,7 +94,7 @@ def test_the_pairs_live_in_their_csv_alone_and_run_json_counts_them(tmp_path: Pa
     folder.finish("complete")
     on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
     assert "pairs" not in on_disk and on_disk["pair_rows"] == 5
-    assert load_run(tmp_path / "r").pairs == folder.run.pairs
+    assert PAIRS.of(load_run(tmp_path / "r")) == PAIRS.of(folder.run)
 
 
 @pytest.mark.parametrize("damage, message", [

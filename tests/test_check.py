@@ -14,9 +14,10 @@ import pytest
 from conftest import assert_one_line_error, run_cli, run_side_by_side
 from fake_nvml import four_h100
 
-from clusterbench.results.fleet import Band, Fleet
-from clusterbench.results.folder import save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.documents import Band
+from clusterbench.results.run import Run
+from clusterbench.stages.fleet.records import Fleet
+from clusterbench.stages.registry import run_folder
 
 OTHER_CLASS = "NVIDIA H100 80GB HBM3 x8"
 HEALTHY = r"clusterbench check: healthy: n1 \((cpu|\d+ x [^,]+), (\d) checks, \d+\.\d s\)"
@@ -24,7 +25,7 @@ HEALTHY = r"clusterbench check: healthy: n1 \((cpu|\d+ x [^,]+), (\d) checks, \d
 
 def this_class() -> str:
     """This machine's hardware class, as the check names it."""
-    from clusterbench.fleet import health  # torch: only in the tests that need a baseline
+    from clusterbench.nodechecks import health  # torch: only in the tests that need a baseline
 
     return health.devices(None).klass
 
@@ -33,7 +34,7 @@ def write_baseline(folder: Path, klass: str, bands: dict[str, float], spread: fl
     """A fleet run whose bands of `klass` have these medians (metric: median), as `clusterbench fleet` leaves one."""
     folder.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(bands=[Band(klass, metric, median, spread * median, nodes) for metric, median in bands.items()])
-    save_run(folder, Run(command="fleet", status="complete", fleet=fleet))
+    run_folder(folder).save(Run(command="fleet", status="complete", sections={"fleet": fleet}))
     return folder
 
 
@@ -44,8 +45,8 @@ def test_checks_judge_the_node_each_in_one_line(tmp_path: Path) -> None:
     other = write_baseline(tmp_path / "other", OTHER_CLASS, {"matmul_tflops": 700.0})
     thin = tmp_path / "thin"  # this class's bands stand on two nodes: they judge nobody
     thin.mkdir()
-    save_run(thin, Run(command="fleet", status="complete", fleet=Fleet(bands=[
-        Band(klass, "matmul_tflops", 1e9, 0.0, 2), Band(OTHER_CLASS, "matmul_tflops", 700.0, 0.0, 10)])))
+    run_folder(thin).save(Run(command="fleet", status="complete", sections={"fleet": Fleet(bands=[
+        Band(klass, "matmul_tflops", 1e9, 0.0, 2), Band(OTHER_CLASS, "matmul_tflops", 700.0, 0.0, 10)])}))
     store = tmp_path / "results.db"
     quick = ["--node", "n1", "--numerics-steps", "0", "--store", "off"]
     done = run_side_by_side({
@@ -94,7 +95,7 @@ def test_a_budget_too_small_for_the_set_up_ends_at_the_budget_and_drains_nobody(
 
 def test_a_check_that_cannot_run_as_asked_says_so_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    save_run(tmp_path / "empty", Run(command="peak", status="complete"))
+    run_folder(tmp_path / "empty").save(Run(command="peak", status="complete"))
     cases = {
         "budget 0": ["check", "--budget", "0"],
         "budget absurd": ["check", "--budget", "1e9"],
@@ -121,8 +122,8 @@ def test_the_counters_check_fails_each_memory_fault_that_needs_a_reset(monkeypat
                                                                       tmp_path: Path) -> None:
     """The GPU side of the counters check, on a fake NVML (no GPU here to read it from), judged by the node
     rules as `check` and `fleet` judge it."""
-    from clusterbench.analyse import node_rules
     from clusterbench.hw import counters, nvml
+    from clusterbench.nodechecks import node_rules
 
     fake = four_h100()
     monkeypatch.setattr(nvml, "load", lambda: fake)
@@ -152,8 +153,8 @@ def test_the_counters_check_fails_each_memory_fault_that_needs_a_reset(monkeypat
 
 def test_the_devices_of_a_node_vote_on_the_numerics() -> None:
     """Several devices, as a GPU node has, each device's losses of the numerics task as it trained them."""
-    from clusterbench.fleet import health  # torch
-    from clusterbench.results.fleet import Numerics
+    from clusterbench.nodechecks import health  # torch
+    from clusterbench.stages.fleet.records import Numerics
 
     def runs(*losses: list[float]) -> list[Numerics]:
         return [Numerics(i, "", f"cuda:{i} (GPU)", list(of)) for i, of in enumerate(losses)]

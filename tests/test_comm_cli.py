@@ -16,7 +16,8 @@ import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 
 from clusterbench.collectives import ALL_OPS
-from clusterbench.results.schema import SCHEMA_VERSION, CommRow
+from clusterbench.results.run import SCHEMA_VERSION
+from clusterbench.stages.comm.records import CommRow
 
 COMM_COLUMNS = [f.name for f in fields(CommRow)]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from clusterbench import launch
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.scopes import Team
-from clusterbench.comm.sweep import _ctx
-from clusterbench.dist import resolve
-from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import Team
+from clusterbench.stages.comm.sweep import _ctx
 
 REDUCE = {"sum": lambda xs: sum(xs[1:], xs[0].clone()), "max": lambda xs: torch.stack(xs).amax(0),
           "min": lambda xs: torch.stack(xs).amin(0), "prod": lambda xs: torch.stack(xs).prod(0)}

@@ -10,14 +10,14 @@ import pytest
 import torch
 from conftest import read_run, run_cli
 
-from clusterbench import launch
-from clusterbench.comm.ops import OPS, Ctx
-from clusterbench.comm.rotation import MAX_WINDOWS, Arena, rotating, windows
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sweep import _ctx
-from clusterbench.comm.values import Values
-from clusterbench.dist import resolve
-from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
+from clusterbench.stages.comm.ops import OPS, Ctx
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.rotation import MAX_WINDOWS, Arena, rotating, windows
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sweep import _ctx
+from clusterbench.stages.comm.values import Values
 
 CPU = torch.device("cpu")
 CASES = [(op, red, in_place) for op in OPS for red in (("sum", "max") if OPS[op].facts.reduces else ("sum",))

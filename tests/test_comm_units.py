@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from clusterbench.args import size
-from clusterbench.comm import plan, table, timing
-from clusterbench.comm.sizes import count_for, geometric
-from clusterbench.comm.timing import converged, summarize
+from clusterbench.argtypes import size
 from clusterbench.errors import UsageError
-from clusterbench.results.schema import CommOptions, CommRow
 from clusterbench.shape import JobShape
+from clusterbench.stages.comm import plan, table, timing
+from clusterbench.stages.comm.records import CommOptions, CommRow
+from clusterbench.stages.comm.sizes import count_for, geometric
+from clusterbench.stages.comm.timing import converged, summarize
 
 
 @pytest.mark.parametrize("text, want", [("8", 8), ("256K", 256 * 1024), ("64M", 64 * 2**20), ("1G", 2**30),

@@ -9,8 +9,8 @@ from report_fixtures import as_run, gpu_run_doc, train_section, write_run
 
 from clusterbench.analyse.compare import compare, lost, worse
 from clusterbench.analyse.metrics import kind_of, size_class
-from clusterbench.registry import metrics_of
-from clusterbench.results.schema import SCHEMA_VERSION
+from clusterbench.results.run import SCHEMA_VERSION
+from clusterbench.stages.registry import metrics_of
 
 
 def run_doc(tgs: float = 5120.0, mre: float = 0.006, verdict: str = "PASS") -> dict:

@@ -18,10 +18,10 @@ import pytest
 from beds import netns_cluster
 from fake_nvml import FakeNvml, FakeNvmlError, eight_h200, four_h100
 
-from clusterbench.analyse import node_rules
 from clusterbench.hw import counters, gpu_links, kernel_log, nvml
 from clusterbench.hw.counters import GpuRef, figures, growth, snapshot, states
 from clusterbench.hw.events import ACTIONS, COUNTERS, XID_METRIC, XIDS, xid
+from clusterbench.nodechecks import node_rules
 from clusterbench.results.findings import Finding
 
 DATA = Path(__file__).parent / "data" / "kernel"

@@ -1,4 +1,4 @@
-"""Tests of clusterbench.train.data (the SFT data layer)."""
+"""Tests of clusterbench.stages.train.data (the SFT data layer)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from clusterbench.errors import UsageError
-from clusterbench.train.data import IGNORE, SHIPPED_NAME, load_task, load_tokenizer
+from clusterbench.stages.train.data import IGNORE, SHIPPED_NAME, load_task, load_tokenizer
 
-ASSETS = files("clusterbench.train") / "assets"
+ASSETS = files("clusterbench.stages.train") / "assets"
 PROMPT = "### Instruction:\nSay hi\n\n### Response:\n"
 
 

@@ -10,7 +10,7 @@ from conftest import assert_one_line_error, run_cli
 from report_fixtures import gpu_run_doc, write_run
 
 from clusterbench.results import codec
-from clusterbench.results.hardware import Gpu, Hardware, RdmaPort
+from clusterbench.stages.hardware.records import Gpu, Hardware, RdmaPort
 
 LOGS = Path(__file__).parent / "data" / "nccl"
 SOCKETS = LOGS / "nccl-2.17-2.18-socket-shm-mpirun-tagged.log"  # two nodes over NET/Socket

@@ -21,12 +21,12 @@ from conftest import run_side_by_side
 from report_fixtures import gpu_run_doc, write_run
 
 from clusterbench.analyse import expected
-from clusterbench.analyse.references import shipped_dir
 from clusterbench.cli import main
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents
-from clusterbench.results.folder import load_run
-from clusterbench.results.telemetry import csv_columns, read_samples
+from clusterbench.stages.registry import load_run
+from clusterbench.stages.train.references import shipped_dir
+from clusterbench.telemetry.records import csv_columns, read_samples
 
 DATA = Path(__file__).parent / "data"
 DEEP = 100_000
@@ -386,7 +386,7 @@ def test_rank_commands_refuse_a_bad_document_before_starting(tmp_path: Path) -> 
 
 
 def test_training_inputs_pass_the_boundary(tmp_path: Path) -> None:
-    from clusterbench.train.data import load_tokenizer, parse_jsonl  # torch: only for this test
+    from clusterbench.stages.train.data import load_tokenizer, parse_jsonl  # torch: only for this test
 
     os.mkfifo(tmp_path / "tokenizer.json")
     with pytest.raises(UsageError, match="FIFO"):

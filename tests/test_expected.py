@@ -17,9 +17,9 @@ from report_fixtures import as_run, gpu_run_doc
 from clusterbench.analyse import expected
 from clusterbench.errors import UsageError
 from clusterbench.hw import affinity
-from clusterbench.registry import judge, metrics_of, page
-from clusterbench.results import documents
-from clusterbench.results.schema import Expected
+from clusterbench.results.run import Expected
+from clusterbench.stages.peaks.records import PEAKS
+from clusterbench.stages.registry import judge, load_run, metrics_of, page, run_folder
 
 DGX_H100 = json.loads((Path(__file__).parent / "data" / "hardware" / "dgx-h100.json").read_text())
 ONE_NODE = [{"rank": r, "node": "dgx-h100-01", "local_rank": r, "device": f"cuda:{r}"} for r in range(8)]
@@ -141,7 +141,7 @@ def test_a_team_file_wins_and_a_baseline_is_accepted(tmp_path: Path) -> None:
 def _saved(tmp_path: Path, run) -> Path:
     folder = tmp_path / "earlier"
     folder.mkdir()
-    documents.write(folder / "run.json", run, "run")
+    run_folder(folder).save(run)
     return folder
 
 
@@ -173,7 +173,7 @@ def test_run_refuses_a_bad_table_before_any_rank_starts(tmp_path: Path) -> None:
 def test_a_version_2_folder_keeps_its_given_figure(tmp_path: Path) -> None:
     doc = gpu_run_doc(DGX_H100, schema_version=2, expected={"comm.all_reduce.busbw_gbps.top": 3000.0})
     (tmp_path / "run.json").write_text(json.dumps(doc))
-    run = documents.read(tmp_path / "run.json", documents.RUN)
+    run = load_run(tmp_path)
     assert run.expected == {"comm.all_reduce.busbw_gbps.top": Expected(3000.0, "given", "this cluster",
                                                                        "--expect-busbw")}
     assert metrics_of(run).values["comm.all_reduce.busbw_gbps.top"] > 0
@@ -202,7 +202,7 @@ def test_a_comm_run_on_this_machine_says_nothing_matches_and_records_placement(t
 def test_a_slow_matmul_peak_is_a_warning_against_the_published_maximum() -> None:
     assert _verdict(_matched(_run()), "expected peaks").status == "PASS"  # 784 of 794.5 TFLOP/s
     slow = _run()
-    slow.peaks.matmul[:] = [replace(p, tflops=600.0) if p.dtype == "bfloat16" else p for p in slow.peaks.matmul]
+    PEAKS.of(slow).matmul[:] = [replace(p, tflops=600.0) if p.dtype == "bfloat16" else p for p in PEAKS.of(slow).matmul]
     v = _verdict(_matched(slow), "expected peaks")
     assert v.status == "WARN" and "76% of what systems like this measure (H100 SXM" in v.detail
 

@@ -73,9 +73,9 @@ def test_a_burn_in_excludes_the_node_whose_memory_flips_a_bit(tmp_path: Path) ->
     flipped = [r for r in rows[node(1)]["reasons"] if "read back wrong" in r]
     assert flipped and flipped[0].startswith("burn-in: 1 word read back wrong") and "RMA" in flipped[0], rows
     # Each node's counters over the soak, read by its first rank, judged by the node rules (nothing here grew).
-    assert sorted(c["node"] for c in doc["extra"]["burnin"]["counters"]) == [node(i) for i in range(3)]
+    assert sorted(c["node"] for c in doc["burnin"]["counters"]) == [node(i) for i in range(3)]
     assert not any("read back wrong" in r for n in (node(0), node(2)) for r in rows[n]["reasons"])
-    assert {w["rank"] for w in doc["extra"]["burnin"]["windows"]} == {0, 1, 2}
+    assert {w["rank"] for w in doc["burnin"]["windows"]} == {0, 1, 2}
     assert doc["fleet"]["seconds"]["burn-in"] >= 3
     assert 'id="burnin"' in (out / "report.html").read_text()
 

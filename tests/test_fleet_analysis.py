@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from clusterbench import hostlist
-from clusterbench.analyse import agreement, bands, retests, suspects
-from clusterbench.results.fleet import NodeProbe, Numerics, Retest
-from clusterbench.results.schema import PairRow
+from clusterbench.inputs import hostlist
+from clusterbench.nodechecks import bands
+from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.fleet import agreement, retests, suspects
+from clusterbench.stages.fleet.records import NodeProbe, Numerics, Retest
 
 
 @pytest.mark.parametrize("hosts, text", [
@@ -224,8 +225,9 @@ def test_two_devices_that_disagree_are_both_suspects() -> None:
 
 
 def test_the_nodes_section_reads_at_500_nodes_the_named_first_the_passing_folded() -> None:
-    from clusterbench.report.fleet import fleet_section
-    from clusterbench.results.fleet import Band, Exclusion, Fleet, NodeRow
+    from clusterbench.results.documents import Band
+    from clusterbench.stages.fleet.records import Exclusion, Fleet, NodeRow
+    from clusterbench.stages.fleet.report import fleet_section
 
     rows = [NodeRow(f"gpu{i:03d}", "k", {"matmul_tflops": 700.0}, "PASS", []) for i in range(500)]
     rows[17] = NodeRow("gpu017", "k", {"matmul_tflops": 100.0}, "EXCLUDE", ["matmul TFLOP/s 100, 0.14x the median"])

@@ -17,14 +17,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterbench.analyse import racks, retests, suspects
-from clusterbench.analyse.kept_median import KeptMedian
-from clusterbench.comm.schedule import rounds
 from clusterbench.errors import UsageError
-from clusterbench.fleet import coverage
 from clusterbench.inputs import topology
-from clusterbench.results.fleet import Retest
-from clusterbench.results.schema import PairRow, upgrade_v6
+from clusterbench.results.run import SCHEMA_VERSION, upgraded
+from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.comm.schedule import rounds
+from clusterbench.stages.fleet import coverage, racks, retests, suspects
+from clusterbench.stages.fleet.kept_median import KeptMedian
+from clusterbench.stages.fleet.options import ALL_UP_TO
+from clusterbench.stages.fleet.records import Retest
+from clusterbench.stages.registry import sections
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,9 +112,9 @@ def test_sampled_pairs_give_every_node_distinct_partners_in_perfect_matchings(n:
 
 
 def test_every_pair_up_to_the_cut_and_sampled_beyond_it() -> None:
-    schedule, cover = coverage.plan(coverage.ALL_UP_TO, "auto", 8, seed=1)
-    assert schedule == rounds(coverage.ALL_UP_TO) and cover.mode == "all" and cover.pairs == cover.possible
-    schedule, cover = coverage.plan(coverage.ALL_UP_TO + 1, "auto", 8, seed=1)
+    schedule, cover = coverage.plan(ALL_UP_TO, "auto", 8, seed=1)
+    assert schedule == rounds(ALL_UP_TO) and cover.mode == "all" and cover.pairs == cover.possible
+    schedule, cover = coverage.plan(ALL_UP_TO + 1, "auto", 8, seed=1)
     assert cover.mode == "sampled" and cover.rounds == 9  # an odd fleet: a round more, each node sits one out
     assert "every pair" in coverage.plan(4, "all", 0, 0)[1].summary()
     assert "a bad link between two healthy nodes only where it is drawn" in cover.summary()
@@ -202,8 +204,8 @@ def test_version_6_retests_learn_their_suspect_and_probes_drop_the_picture() -> 
     doc = {"schema_version": 6, "pairs": [{"src": 0}, {"src": 1}], "fleet": {
         "probes": [{"node": "a", "hardware": {"hostname": "a"}, "facts": {}}],
         "retests": [{"why": "suspect gpu-7 against healthy gpu-1"}, {"why": "slow in round 3"}]}}
-    up = upgrade_v6(doc)
-    assert up["schema_version"] == 7 and up["pair_rows"] == 2
+    up = upgraded(doc, 6, sections())
+    assert up["schema_version"] == SCHEMA_VERSION and up["pair_rows"] == 2
     assert [t.get("suspect") for t in up["fleet"]["retests"]] == ["gpu-7", None]
     assert "hardware" not in up["fleet"]["probes"][0]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from beds import NetnsBed, netns_cluster, slurm_nodes
 from conftest import finish, read_pairs, read_run, start_nodes
 
-from clusterbench import hostlist
+from clusterbench.inputs import hostlist
 
 PORT = 29500  # inside namespaces the test made for itself: nothing else listens there
 NODES = 6

@@ -1,4 +1,4 @@
-"""How local ranks start (launch._context, forking.py): forked from the command's own process while a
+"""How local ranks start (launch._context, runtime/forking.py): forked from the command's own process while a
 fork of it is clean, from a forkserver once it is not. A fork copies only the forking thread, so a
 rank forked beside a live pool of threads can hang on its first use of it (a one-rank train did,
 when the command had tokenized its data before starting the ranks)."""
@@ -12,10 +12,10 @@ from pathlib import Path
 
 SCRIPT = textwrap.dedent("""
     import threading
-    from clusterbench import launch
-    from clusterbench.dist import DistConfig
-    from clusterbench.train.data import load_task
-    from clusterbench.forking import without_thread_pools
+    from clusterbench.runtime import launch
+    from clusterbench.runtime.dist import DistConfig
+    from clusterbench.stages.train.data import load_task
+    from clusterbench.runtime.forking import without_thread_pools
 
     def start(device):
         return launch._context(launch.Job(print, None, DistConfig("gloo", device, 60))).get_start_method()
@@ -44,8 +44,8 @@ FORKSERVER_RUN = textwrap.dedent("""
     import threading
     import torch
     import torch.distributed as dist
-    from clusterbench import launch
-    from clusterbench.dist import resolve
+    from clusterbench.runtime import launch
+    from clusterbench.runtime.dist import resolve
 
     def job(worker, payload, progress):
         data = torch.ones(4)

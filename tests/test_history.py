@@ -109,8 +109,9 @@ def test_a_baseline_of_the_healthy_past(store: Path, tmp_path: Path) -> None:
     assert doc["metrics"]["node.matmul_tflops"]["min"] == 420.0  # gpu-03's last run passed: it is history too
 
     from clusterbench.analyse.baseline import bands_of
+    from clusterbench.stages.registry import load_run
 
-    assert {b.metric for b in bands_of(out, "--baseline")} == {"matmul_tflops"}
+    assert {b.metric for b in bands_of(out, "--baseline", load_run)} == {"matmul_tflops"}
 
 
 def test_questions_the_store_cannot_answer(store: Path, tmp_path: Path) -> None:

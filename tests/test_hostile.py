@@ -21,7 +21,7 @@ import pytest
 from conftest import run_side_by_side
 from report_fixtures import gpu_run_doc, write_run
 
-from clusterbench.analyse.references import shipped_dir
+from clusterbench.stages.train.references import shipped_dir
 
 DOCUMENTED_EXITS = {1, 2}
 MAX_STDERR_LINES = 2

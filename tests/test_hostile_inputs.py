@@ -24,11 +24,11 @@ import pytest
 from beds import free_port
 from conftest import run_side_by_side
 
-from clusterbench import hostlist
 from clusterbench.errors import UsageError
 from clusterbench.flight import dumps
-from clusterbench.launchers import LAUNCHERS, detect
+from clusterbench.inputs import hostlist
 from clusterbench.publish import pushgateway_url
+from clusterbench.runtime.launchers import LAUNCHERS, detect
 
 TIMEOUT_S = 60  # far above a refusal's half second, far below a hang
 AT_ONCE = 8

@@ -22,10 +22,10 @@ from conftest import assert_one_line_error, run_side_by_side
 
 from clusterbench.errors import UsageError
 from clusterbench.results import outputs
-from clusterbench.results.documents import write_text
-from clusterbench.results.fleet import Band, Fleet
-from clusterbench.results.folder import save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.documents import Band, write_text
+from clusterbench.results.run import Run
+from clusterbench.stages.fleet.records import Fleet
+from clusterbench.stages.registry import run_folder
 
 
 def _digest(path: Path) -> str:
@@ -34,8 +34,8 @@ def _digest(path: Path) -> str:
 
 def _fleet_run(folder: Path) -> Path:
     folder.mkdir()
-    save_run(folder, Run(command="fleet", status="complete", fleet=Fleet(bands=[
-        Band("cpu x1", "matmul_tflops", 1.0, 0.1, 8)])))
+    run_folder(folder).save(Run(command="fleet", status="complete", sections={"fleet": Fleet(bands=[
+        Band("cpu x1", "matmul_tflops", 1.0, 0.1, 8)])}))
     return folder
 
 

@@ -24,6 +24,7 @@ from report_fixtures import gpu_run_doc, write_run
 
 from clusterbench.analyse.baseline import bands_of, load_means
 from clusterbench.errors import UsageError
+from clusterbench.stages.registry import load_run
 from clusterbench.store.db import open_store
 from clusterbench.store.record import Figure, RunRecord
 from clusterbench.store.where import sqlite
@@ -348,7 +349,7 @@ def test_a_baseline_of_bands_of_one_node_says_they_judge_nobody(tmp_path: Path) 
     # What it wrote, clusterbench reads: its means for compare, and its bands refused as bands, saying why.
     assert load_means(out) == {MATMUL: pytest.approx(700.5), "node.latency_us": 20.0}
     with pytest.raises(UsageError, match="holds no node bands"):
-        bands_of(out, "--baseline")
+        bands_of(out, "--baseline", load_run)
 
 
 IMPORTED = 300

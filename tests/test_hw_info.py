@@ -10,7 +10,7 @@ from fake_nvml import SYS, FakeNvml, FakeNvmlError, four_h100
 from clusterbench.hw import gpus, network, nvml, topology
 from clusterbench.hw.render import render
 from clusterbench.results import codec
-from clusterbench.results.hardware import PcieLink
+from clusterbench.stages.hardware.records import PcieLink
 
 
 def test_fake_uses_real_pynvml_names() -> None:

@@ -25,8 +25,8 @@ from conftest import finish
 from test_launch_inputs import _launcher_free_env
 
 from clusterbench.errors import RunFailed, UsageError
-from clusterbench.launchers import detect
-from clusterbench.rendezvous import Member, Rendezvous, check_address, port_holder
+from clusterbench.runtime.launchers import detect
+from clusterbench.runtime.rendezvous import Member, Rendezvous, check_address, port_holder
 
 SLURM_RDZV_S = 5
 # A process's start (Python, torch, clusterbench) on a loaded 2-core runner, on top of the rendezvous timeout.
@@ -68,7 +68,7 @@ def test_a_slurm_whose_node_names_resolve_nowhere(bed: SlurmNodesBed, tmp_path: 
     resolv = Path("/etc/netns") / bed.netns.names[2] / "resolv.conf"
     resolv.write_text(f"nameserver {bed.netns.addr(2)}\noptions timeout:30 attempts:2\n")
     try:
-        ask = ("import time;from clusterbench.rendezvous import check_address as c;t=time.monotonic()\n"
+        ask = ("import time;from clusterbench.runtime.rendezvous import check_address as c;t=time.monotonic()\n"
                "try: c('rank0.cluster.example', 1.5)\nexcept Exception as e: print(f'{time.monotonic()-t:.1f}', e)")
         asked = bed.netns.run(2, [sys.executable, "-c", ask], timeout=60)
     finally:

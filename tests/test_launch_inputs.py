@@ -18,7 +18,7 @@ from conftest import assert_one_line_error, read_run, run_cli
 
 from clusterbench.errors import UsageError
 from clusterbench.hw.network import check_interface
-from clusterbench.launchers import LAUNCHERS
+from clusterbench.runtime.launchers import LAUNCHERS
 
 BOUND_S = 60  # far below the 300 s rendezvous timeout, far above a refusal's torch import on a busy machine
 FAST = ("-b", "8", "-e", "64", "--iters", "2", "--warmup", "1")

@@ -15,8 +15,8 @@ import pytest
 from beds import free_port, slurm_cluster, which_or_skip
 from conftest import assert_one_line_error, read_pairs, read_run
 
-from clusterbench.hostlist import expand as expand_hostlist
-from clusterbench.launchers import Joined, detect
+from clusterbench.inputs.hostlist import expand as expand_hostlist
+from clusterbench.runtime.launchers import Joined, detect
 
 FAST = ("-b", "8", "-e", "4K", "--iters", "3", "--warmup", "1")
 CLI = (sys.executable, "-m", "clusterbench")

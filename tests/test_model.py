@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
-from report_fixtures import as_run, write_run
+from report_fixtures import as_run, doc_of, write_run
 
-from clusterbench.analyse import predict as pr
-from clusterbench.analyse.cost_model import fit_line, fit_run
-from clusterbench.registry import expected_plots, page
 from clusterbench.results import codec
-from clusterbench.results.schema import CommRow, Env, Run
+from clusterbench.results.run import Env, Run
+from clusterbench.stages.comm import predict as pr
+from clusterbench.stages.comm.cost_model import fit_line, fit_run
+from clusterbench.stages.comm.records import COST_MODEL, CommRow
+from clusterbench.stages.registry import expected_plots, page
 
 SIZES = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 HOLDOUT_LIMIT = 0.15  # the bar: held-out sizes predicted within 15 % (median)
@@ -38,7 +39,7 @@ def synthetic_rows(op: str, n: int, nodes: int, alpha: float, beta: float, noise
 def synthetic_run(tmp_path: Path, rows: list[dict], nodes: int = 1, ranks: int = 2) -> Path:
     placements = [{"rank": r, "node": f"node{r * nodes // ranks}", "local_rank": r % (ranks // nodes),
                    "device": "cpu"} for r in range(ranks)]
-    doc = codec.dump(Run(command="comm", status="complete", env=Env("node0", world_size=ranks)))
+    doc = doc_of(Run(command="comm", status="complete", env=Env("node0", world_size=ranks)))
     doc["env"]["ranks"], doc["comm"] = placements, rows
     return write_run(tmp_path / "run", doc)
 
@@ -116,7 +117,7 @@ def test_holdout_error_on_a_recorded_gloo_sweep() -> None:
     # A real sweep recorded with 200 calls per size (tests/data/gloo-sweep/PROVENANCE.md): the bar is the
     # model's. A live sweep on a shared 2-core VM puts 12-77 % of scheduler noise on it (§14), which the
     # next test holds to being said rather than to being small.
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     model = fit_run(load_run(Path(__file__).parent / "data" / "gloo-sweep"))
     assert {(v.op, v.link) for v in model.validation} == {("all_reduce", "intra"), ("all_gather", "intra")}
@@ -125,7 +126,7 @@ def test_holdout_error_on_a_recorded_gloo_sweep() -> None:
 
 
 def test_a_live_sweep_is_fitted_within_the_bar_or_said_not_to_be(gloo_run: Path) -> None:
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     model = fit_run(load_run(gloo_run))
     proc = run_cli("model", "fit", str(gloo_run))
@@ -183,10 +184,10 @@ def test_planning_question_on_a_two_node_run(tmp_path: Path) -> None:
 
 
 def test_report_section(gloo_run: Path) -> None:
-    from clusterbench.results.folder import load_run
+    from clusterbench.stages.registry import load_run
 
     run = load_run(gloo_run)
-    run.cost_model = fit_run(run)
+    COST_MODEL.set(run, fit_run(run))
     html = page(run)
     assert '<section id="model"' in html and "Target: 16 nodes like this one" in html
     assert html.count('<svg class="plot"') == expected_plots(run)

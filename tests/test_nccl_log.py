@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from clusterbench.nccl.log import parse, read_files
+from clusterbench.nccl.records import NcclAlgo, NcclFacts, NcclPeer, NcclRank, NcclRing
 from clusterbench.results import codec
-from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclPeer, NcclRank, NcclRing
 
 DATA = Path(__file__).parent / "data" / "nccl"
 FIXTURES = sorted(DATA.glob("*.log"))

@@ -11,18 +11,17 @@ import pytest
 import torch
 from conftest import assert_one_line_error, run_cli
 
-from clusterbench import nodechecks
-from clusterbench.analyse import burnin as soak_analysis
-from clusterbench.analyse import fleet as conclusion
-from clusterbench.analyse import node_rules
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.errors import UsageError
-from clusterbench.nodechecks import BANDED, NODE_CHECKS, NodeCheck
-from clusterbench.rendezvous import Member
-from clusterbench.results.burnin import Burnin, NodeCounters
+from clusterbench.nodechecks import node_rules
+from clusterbench.nodechecks.table import BANDED, NODE_CHECKS, NodeCheck, counted
 from clusterbench.results.findings import Finding
-from clusterbench.results.fleet import Fleet, NodeProbe
-from clusterbench.results.schema import Env, Placement, Run
+from clusterbench.results.run import Env, Placement, Run
+from clusterbench.runtime.rendezvous import Member
+from clusterbench.stages.burnin.metrics import judge_soak
+from clusterbench.stages.burnin.records import Burnin, NodeCounters
+from clusterbench.stages.fleet import conclusion
+from clusterbench.stages.fleet.records import Fleet, NodeProbe
 
 REMAP = Finding("cuda:3", "1 row remap pending a reset", "critical", "reset the GPU", "counters.remap_pending")
 DOWNTRAINED = Finding("cuda:1", "PCIe gen 4 x8, its maximum gen 5 x16", "warning", "reseat the GPU",
@@ -32,7 +31,7 @@ FLAPS = Finding("eth0", "carrier changes grew by 4 in 60.0 s: 2 link flaps", "cr
 
 
 def test_every_node_check_is_measured_by_the_function_it_names_and_its_figures_are_banded() -> None:
-    from clusterbench.fleet import measures  # torch
+    from clusterbench.nodechecks import measures  # torch
 
     for check in NODE_CHECKS.values():
         assert callable(measures.measure_of(check)), check.name
@@ -46,8 +45,8 @@ def test_every_node_check_is_measured_by_the_function_it_names_and_its_figures_a
 def test_the_shipped_node_rules_judge_every_count_and_a_rule_of_no_count_is_refused(tmp_path: Path) -> None:
     rules = node_rules.load()
     judged = {p for r in rules for p in r.patterns}
-    assert judged <= set(nodechecks.counts())
-    assert set(nodechecks.counts()) - judged == {"counters.xid_info"}  # an application's Xid is no fault of the node
+    assert judged <= set(counted())
+    assert set(counted()) - judged == {"counters.xid_info"}  # an application's Xid is no fault of the node
     assert all(r.missing == "ignore" and not r.action for r in rules)  # each finding carries its own action
     typo = tmp_path / "typo.yaml"
     typo.write_text('rules:\n  - name: flaps\n    metric: counters.link_flap\n    criteria: "== 0"\n')
@@ -113,7 +112,7 @@ def test_check_and_fleet_refuse_a_broken_node_rules_file_before_measuring(tmp_pa
 
 def fans(on: object) -> object:
     """The measure of a node check a test adds: a node whose fan 3 stopped."""
-    from clusterbench.fleet import measures
+    from clusterbench.nodechecks import measures
 
     return measures.Found(counts={"counters.fans_stopped": 1.0},
                           findings=[Finding("fan 3", "stopped", "critical", "replace the fan", "counters.fans_stopped")])
@@ -121,8 +120,9 @@ def fans(on: object) -> object:
 
 def test_a_node_check_added_as_one_entry_and_one_rule_runs_in_check_and_in_fleet(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterbench.dist import Worker
-    from clusterbench.fleet import health, local
+    from clusterbench.nodechecks import health
+    from clusterbench.runtime.dist import Worker
+    from clusterbench.stages.fleet import local
 
     monkeypatch.setitem(NODE_CHECKS, "fans", NodeCheck("fans", "passive", "node", "the node's fans",
                                                        f"{__name__}:fans", counts=("counters.fans_stopped",)))
@@ -156,7 +156,7 @@ def test_every_finding_of_a_fleet_burn_in_reaches_a_verdict_its_counters_by_the_
     probes = [NodeProbe(n, [i], {}, "k", {"matmul_tflops": 1.0}) for i, n in enumerate(nodes)]
 
     def concluded(rules: list) -> Fleet:
-        found = soak_analysis.conclude(soaked, None, False, rules).findings + soak
+        found = judge_soak(soaked, None, False, rules).findings + soak
         return conclusion.conclude(_fleet_run(nodes), Fleet(probes=list(probes)), counter_rules=rules, soak=found)
 
     fleet = concluded(node_rules.load())
@@ -166,7 +166,7 @@ def test_every_finding_of_a_fleet_burn_in_reaches_a_verdict_its_counters_by_the_
     assert rows["n3"].verdict == "SUSPECT" and "clocks held down" in rows["n3"].reasons[0]
     assert [f.subject for f in fleet.job_findings] == ["all_reduce among 3 ranks", "rank 9 cuda:1 on n9"]
     m = Metrics()
-    conclusion.metrics(Run(fleet=fleet), m)
+    conclusion.metrics(Run(sections={"fleet": fleet}), m)
     assert m.values["fleet.job_critical"] == 2 and m.values["fleet.job_warnings"] == 0
     # A team that allows two flaps a soak keeps the node; the same rules judge `fleet`'s counters and its soak's.
     allowing = tmp_path / "rules.yaml"
@@ -177,7 +177,7 @@ def test_every_finding_of_a_fleet_burn_in_reaches_a_verdict_its_counters_by_the_
 
 def alone(on: object) -> object:
     """The measure of a check done alone that a test adds: when it ran, in this process's clock."""
-    from clusterbench.fleet import measures
+    from clusterbench.nodechecks import measures
 
     began = time.time()
     time.sleep(0.3)
@@ -188,7 +188,7 @@ def _node_rank(rank: int, store: str) -> dict[str, float]:
     """One of a node's two ranks, in its own process: the check done alone, in turns at the node's barrier."""
     import torch.distributed as dist
 
-    from clusterbench.fleet import measures
+    from clusterbench.nodechecks import measures
 
     NODE_CHECKS["alone"] = NodeCheck("alone", "active", "device", "a check done alone", f"{__name__}:alone",
                                      alone=True)

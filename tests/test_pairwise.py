@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, read_pairs, read_run, run_cli
 
-from clusterbench.analyse.pairs import flags
-from clusterbench.comm.schedule import rounds
-from clusterbench.results.schema import PairRow
+from clusterbench.stages.comm.pairs import flags
+from clusterbench.stages.comm.records import PairRow
+from clusterbench.stages.comm.schedule import rounds
 
 
 @pytest.mark.parametrize("n", range(2, 10))

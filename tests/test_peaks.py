@@ -51,12 +51,12 @@ def test_busy_gpus_without_cuda_keeps_nothing_busy() -> None:
 
 
 def test_a_device_that_measured_nothing_leaves_the_minimum_unknown() -> None:
-    from clusterbench.registry import metrics_of
-    from clusterbench.results.hardware import CopyPeak, MatmulPeak, Peaks
-    from clusterbench.results.schema import Run
+    from clusterbench.results.run import Run
+    from clusterbench.stages.peaks.records import CopyPeak, MatmulPeak, Peaks
+    from clusterbench.stages.registry import metrics_of
 
     matmul = [MatmulPeak(f"cuda:{i}", "bfloat16", 4096, t, 10, 1.0) for i, t in enumerate((float("nan"), 700.0))]
     copy = [CopyPeak(f"cuda:{i}", 1 << 30, g, 10, 1.0) for i, g in enumerate((2000.0, float("nan")))]
-    m = metrics_of(Run(command="peak", peaks=Peaks(matmul, copy)))
+    m = metrics_of(Run(command="peak", sections={"peaks": Peaks(matmul, copy)}))
     for name in ("peaks.matmul.bfloat16.tflops", "peaks.copy.gbps"):
         assert name not in m.values and "not a measurement" in m.absent[name]

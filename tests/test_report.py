@@ -11,11 +11,10 @@ from fake_nvml import eight_h200
 from report_fixtures import as_run, comm_rows, gpu_run_doc, peaks_section, scope_rows, train_section, write_run
 
 from clusterbench.hw import nvml, topology
-from clusterbench.registry import expected_plots, render_report
-from clusterbench.report.comm import plot_count
 from clusterbench.results import codec
-from clusterbench.results.folder import load_run
-from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION
+from clusterbench.stages.comm.report import plot_count
+from clusterbench.stages.registry import expected_plots, load_run, render_report
 
 # Anything a browser would fetch: src/href attributes and CSS url(), except inline data and
 # in-page references (the SVG clip paths are url(#id)).

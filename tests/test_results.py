@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, read_run, run_cli
-from report_fixtures import as_run, gpu_run_doc, write_run
+from report_fixtures import as_run, doc_of, gpu_run_doc, write_run
 
-from clusterbench.results import codec, documents
-from clusterbench.results.folder import load_run
-from clusterbench.results.schema import RUN_KIND, SCHEMA_VERSION, Run, upgrade_v1
+from clusterbench.results import documents
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION
+from clusterbench.stages.burnin.records import BURNIN
+from clusterbench.stages.comm.records import COMM, COMM_OPTIONS, COST_MODEL
+from clusterbench.stages.hardware.records import HARDWARE
+from clusterbench.stages.registry import load_run
+from clusterbench.stages.train.records import TRAIN
 
 V1_RUN = Path(__file__).parent / "data" / "v1-run"  # `clusterbench run --quick` of clusterbench 0.1.0
 # `clusterbench comm --nproc 2 --ops all_reduce -b 1K -e 16K --telemetry-hz 0`, then `model fit --save`, with
@@ -28,10 +32,11 @@ def test_a_version_1_run_folder_still_loads_renders_and_compares(tmp_path: Path)
     run = tmp_path / "old"
     shutil.copytree(V1_RUN, run)
     old = load_run(run)
-    assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(old.comm) == 20
-    assert old.train is not None and old.train.config.preset == "tiny" and len(old.train.losses) == 12
-    assert (old.comm_options.min_bytes, old.comm_options.max_bytes, old.comm_options.step_factor) == (8, 2**20, 4.0)
-    assert old.comm_options.rotate is False  # its sweep held its buffers still
+    assert old.schema_version == SCHEMA_VERSION and old.command == "run" and len(COMM.of(old)) == 20
+    assert TRAIN.of(old) is not None and TRAIN.of(old).config.preset == "tiny" and len(TRAIN.of(old).losses) == 12
+    sweep = COMM_OPTIONS.of(old)
+    assert (sweep.min_bytes, sweep.max_bytes, sweep.step_factor) == (8, 2**20, 4.0)
+    assert COMM_OPTIONS.of(old).rotate is False  # its sweep held its buffers still
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     html = (run / "report.html").read_text()
@@ -44,13 +49,36 @@ def test_a_version_3_model_section_reads_as_the_cost_model(tmp_path: Path) -> No
     run = tmp_path / "old"
     shutil.copytree(V3_RUN, run)
     old = load_run(run)
-    assert old.schema_version == SCHEMA_VERSION and old.cost_model is not None and old.extra == {}
-    assert old.cost_model.fits[0].op == "all_reduce" and old.cost_model.validation
-    assert old.comm_options.rotate is False
+    assert old.schema_version == SCHEMA_VERSION and COST_MODEL.of(old) is not None
+    assert COST_MODEL.of(old).fits[0].op == "all_reduce" and COST_MODEL.of(old).validation
+    assert COMM_OPTIONS.of(old).rotate is False
     proc = run_cli("report", str(run))
     assert proc.returncode == 0, proc.stderr
     assert '<section id="model"' in (run / "report.html").read_text()
     assert "all_reduce" in run_cli("model", "predict", "--from", str(run), "--nodes", "2", "--inter", "ndr").stdout
+
+
+def test_a_version_7_run_reads_its_sections_kept_under_extra(tmp_path: Path) -> None:
+    """Version 7 kept the sections its schema did not name under `extra`: the burn-in's, and a team's own
+    stage's, which a clusterbench without that stage leaves out (reading never writes the folder back)."""
+    doc = gpu_run_doc({})
+    doc.pop("burnin", None)
+    doc.update(schema_version=7, extra={"burnin": {"duration_s": 6.0, "window_s": 0.5}, "toy": {"greeting": "hi"}})
+    folder = write_run(tmp_path / "v7", doc)
+    before = (folder / "run.json").read_bytes()
+    old = load_run(folder)
+    assert old.schema_version == SCHEMA_VERSION and BURNIN.of(old).duration_s == 6.0
+    assert "toy" not in old.sections and len(COMM.of(old)) == len(doc["comm"])
+    assert run_cli("compare", str(folder), str(folder)).returncode == 0
+    assert (folder / "run.json").read_bytes() == before
+    doc["extra"]["comm"] = []
+    assert_one_line_error(run_cli("compare", str(write_run(tmp_path / "both", doc)), str(folder)), 2,
+                          "field extra.comm: also a key of its own")
+
+
+def test_a_negative_count_of_rows_kept_in_their_csv_is_refused(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "run", {**gpu_run_doc({}), "pair_rows": -3})
+    assert_one_line_error(run_cli("report", str(folder)), 2, "field pair_rows: must be at least 0, got -3")
 
 
 def test_version_1_gpus_get_their_pcie_fields_grouped() -> None:
@@ -58,16 +86,17 @@ def test_version_1_gpus_get_their_pcie_fields_grouped() -> None:
             "pcie_downtrained": True, "pcie_under_load": True, "pcie_note": None}
     doc = {"schema_version": 1, "tool": "clusterbench", "hardware": {"hostname": "a", "gpus": [flat]},
            "comm_options": {"sizes": [8, 1024], "fit_device_memory": False, "unit": "GBps"}}
-    run = codec.load(Run, upgrade_v1(doc))
-    gpu = run.hardware.gpus[0]
+    run = as_run(doc)
+    gpu = HARDWARE.of(run).gpus[0]
     assert (gpu.pcie.gen_current, gpu.pcie.gen_max, gpu.pcie.downtrained, gpu.pcie.under_load) == (4, 5, True, True)
-    assert (run.comm_options.min_bytes, run.comm_options.max_bytes, run.comm_options.unit) == (8, 1024, "GBps")
+    sweep = COMM_OPTIONS.of(run)
+    assert (sweep.min_bytes, sweep.max_bytes, sweep.unit) == (8, 1024, "GBps")
 
 
 def test_a_run_round_trips_through_json() -> None:
     run = as_run(gpu_run_doc({"hostname": "gpu-node-01", "gpus": []}))
-    text = documents.to_text(run)
-    assert codec.load(Run, json.loads(text)) == run
+    text = documents.text_of(doc_of(run))
+    assert as_run(json.loads(text)) == run
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -14,8 +14,8 @@ from clusterbench.cli import build_parser
 from clusterbench.collectives import ALL_OPS
 from clusterbench.commands import run as run_command
 from clusterbench.hw.render import PEAK_HEADER
-from clusterbench.registry import judge
 from clusterbench.shape import JobShape
+from clusterbench.stages.registry import judge
 
 
 def test_quick_run_end_to_end(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from clusterbench.analyse import teams
-from clusterbench.comm.groups import nccl_algo
-from clusterbench.comm.scopes import algo_phases, plan
-from clusterbench.rendezvous import Member, named
-from clusterbench.results.schema import CommRow
+from clusterbench.runtime.rendezvous import Member, named
+from clusterbench.stages.comm import teams
+from clusterbench.stages.comm.groups import nccl_algo
+from clusterbench.stages.comm.records import CommRow
+from clusterbench.stages.comm.scopes import algo_phases, plan
 
 
 def members(*layout: tuple[str, int]) -> list[Member]:

@@ -1,4 +1,4 @@
-"""A model trained with FSDP is built on meta and each rank fills only its shards (train/deferred.py):
+"""A model trained with FSDP is built on meta and each rank fills only its shards (stages/train/deferred.py):
 the weights must be bitwise models.build's at any world size, for fresh weights (replayed), tied
 embeddings and a checkpoint (read by rank 0 and broadcast). Real gloo ranks (tests/sharded_weights.py)."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from clusterbench.train import deferred, models
-from clusterbench.train.presets import PRESETS
+from clusterbench.stages.train import deferred, models
+from clusterbench.stages.train.presets import PRESETS
 
 RANKS = Path(__file__).parent / "sharded_weights.py"
 

@@ -5,7 +5,6 @@ judges, and appears in the report's navigation; every stage's options are reacha
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,16 +14,16 @@ import torch
 import torch.distributed as dist
 from conftest import assert_one_line_error, run_cli
 
-from clusterbench import args as argtypes
-from clusterbench import cli, registry
+from clusterbench import argtypes, cli
 from clusterbench.analyse.metrics import Metrics
+from clusterbench.argtypes import option
 from clusterbench.commands import run as run_command
 from clusterbench.errors import UsageError
-from clusterbench.rank import Rank
 from clusterbench.report.blocks import Part, esc, section
-from clusterbench.results import codec
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run, Section
+from clusterbench.runtime.rank import Rank
 from clusterbench.shape import JobShape
+from clusterbench.stages import registry
 from clusterbench.stages.stage import Context, Stage
 
 
@@ -32,21 +31,19 @@ from clusterbench.stages.stage import Context, Stage
 class ToyOptions:
     """Its defaults are its own; `run` lays nothing under them."""
 
-    greeting: str = "hello"
-    repeats: int = 1
+    greeting: str = option("hello", "--greeting", help="what every rank says")
+    repeats: int = option(1, "--repeats", type=argtypes.whole(1), help="how many times")
 
 
 @dataclass(frozen=True)
 class ToyResult:
-    """Its section of run.json, which the schema does not name."""
+    """Its section of run.json, declared here beside it."""
 
     greeting: str
     ranks: int  # how many ranks took part in its collective
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--greeting", help="what every rank says")
-    p.add_argument("--repeats", type=argtypes.whole(1), help="how many times (default 1)")
+TOY_SECTION = Section("toy", ToyResult | None)
 
 
 def resolve(opts: ToyOptions, context: Context) -> ToyOptions:
@@ -59,22 +56,21 @@ def work(rank: Rank, opts: ToyOptions) -> None:
     said = torch.ones(1)
     dist.all_reduce(said)  # every rank takes part, on the run's real process group
     if rank.folder is not None:
-        rank.folder.record_extra("toy", ToyResult(opts.greeting * opts.repeats, int(said.item())))
+        rank.folder.record(toy=ToyResult(opts.greeting * opts.repeats, int(said.item())))
 
 
 def metrics(run: Run, m: Metrics) -> None:
-    if "toy" in run.extra:
-        toy = codec.load(ToyResult, run.extra["toy"])
+    toy = TOY_SECTION.of(run)
+    if toy is not None:
         m.put("toy.ranks", toy.ranks, f"{toy.ranks} ranks said {toy.greeting}")
 
 
 def report(run: Run, metrics: Metrics) -> list[Part]:
-    if "toy" not in run.extra:
-        return []
-    return [Part("toy", "Toy", section("toy", "The toy stage", esc(run.extra["toy"]["greeting"])))]
+    toy = TOY_SECTION.of(run)
+    return [] if toy is None else [Part("toy", "Toy", section("toy", "The toy stage", esc(toy.greeting)))]
 
 
-TOY = Stage(name="toy", options=ToyOptions, resolve=resolve, work=work, fills=("toy",), add_arguments=add_arguments,
+TOY = Stage(name="toy", options=ToyOptions, resolve=resolve, work=work, sections=(TOY_SECTION,),
             metrics=metrics, report=report)
 
 
@@ -101,7 +97,7 @@ def test_a_new_stage_runs_lands_in_run_json_is_judged_and_reported(with_toy: Non
     code, out = _run(tmp_path, "== 2", "--toy.greeting", "hi", "--toy.repeats", "2")
     assert code == 0
     doc = json.loads((out / "run.json").read_text())
-    assert doc["extra"]["toy"] == {"greeting": "hihi", "ranks": 2}
+    assert doc["toy"] == {"greeting": "hihi", "ranks": 2}
     assert doc["verdicts"] == [{"check": "toy ranks", "status": "PASS", "detail": "2 ranks said hihi"}]
     assert "toy" in [s["name"] for s in doc["telemetry"]["stages"]]
     html = (out / "report.html").read_text()

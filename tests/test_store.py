@@ -178,8 +178,8 @@ def test_figures_go_to_a_pushgateway_and_a_bad_one_costs_one_line(comm_run: Path
     from prometheus_client.parser import text_string_to_metric_families
 
     from clusterbench import publish
-    from clusterbench.recording import record_of
-    from clusterbench.results.folder import load_run
+    from clusterbench.publish.recording import record_of
+    from clusterbench.stages.registry import load_run
 
     got: list[tuple[str, str]] = []
 

@@ -94,7 +94,7 @@ AT_ONCE = r"""
 import os, sys
 from pathlib import Path
 from clusterbench import cli
-import clusterbench.commands.store, clusterbench.recording, clusterbench.results.folder, clusterbench.store.db
+import clusterbench.commands.store, clusterbench.publish.recording, clusterbench.results.folder, clusterbench.store.db
 import psycopg, sqlalchemy.dialects.postgresql.psycopg, sqlalchemy.dialects.sqlite
 Path(sys.argv[1]).touch()
 sys.stdin.read(1)

@@ -13,15 +13,12 @@ import pytest
 from beds import cpu_quota
 from conftest import finish, read_run, start_nodes
 
-from clusterbench.analyse import stragglers
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.analyse.rules import default_rules, evaluate
-from clusterbench.analyse.train import metrics
-from clusterbench.registry import expected_plots, render_report
-from clusterbench.results.documents import RUN, read
-from clusterbench.results.folder import load_run
-from clusterbench.results.schema import RankPhases
-from clusterbench.train import display
+from clusterbench.analyse.rules import evaluate
+from clusterbench.stages.registry import default_rules, expected_plots, load_run, render_report
+from clusterbench.stages.train import display, stragglers
+from clusterbench.stages.train.metrics import metrics
+from clusterbench.stages.train.records import TRAIN, RankPhases
 
 ARGS = ["train", "--steps", "3", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "1",
         "--peak-tflops", "1"]
@@ -70,7 +67,7 @@ def test_the_throttled_rank_is_named_with_its_phases_adding_up(throttled) -> Non
     slow, fast = ranks[1], ranks[0]
     assert slow.compute_s > 2 * fast.compute_s and fast.sync_s > slow.sync_s
 
-    run = read(out / "run.json", RUN)
+    run = load_run(out)
     m = Metrics()
     metrics(run, m)
     assert m.values["train.straggler.compute_ratio"] == pytest.approx(slow.compute_s / fast.compute_s)
@@ -99,8 +96,8 @@ def test_a_run_json_without_phases_still_reads(throttled, tmp_path: Path) -> Non
     doc = json.loads(text)
     del doc["train"]["phases"]
     old.write_text(json.dumps(doc))
-    run = read(old, RUN)
-    assert run.train.phases == []
+    run = load_run(old)
+    assert TRAIN.of(run).phases == []
     m = Metrics()
     metrics(run, m)
     assert "train.straggler.compute_ratio" not in m.values

@@ -13,14 +13,13 @@ import pytest
 from conftest import assert_one_line_error, read_run, run_cli
 from fake_nvml import eight_h200, four_h100
 
-from clusterbench.analyse import telemetry as analyse
-from clusterbench.registry import expected_plots, judge, page, render_report
 from clusterbench.results import codec
-from clusterbench.results.folder import load_run, save_run
-from clusterbench.results.schema import Env, Run
-from clusterbench.results.telemetry import DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
+from clusterbench.results.run import Env, Run
+from clusterbench.stages.registry import expected_plots, judge, load_run, page, render_report, run_folder
 from clusterbench.telemetry.cpu import CpuProbe
 from clusterbench.telemetry.gpu import GpuProbe, reasons
+from clusterbench.telemetry.metrics import telemetry_values
+from clusterbench.telemetry.records import DeviceStage, Sample, Spread, StageWindow, Telemetry, read_samples
 from clusterbench.telemetry.sampler import Sampler
 from clusterbench.telemetry.summary import device_stage
 
@@ -218,7 +217,7 @@ def _stage(stage: str, device: str, clock: float = 1980, power: float = 650, hos
 def _run(devices: list[DeviceStage]) -> Run:
     stages = [StageWindow("comm", 0.0, 10.0), StageWindow("train", 10.5, 30.0)]
     return Run(command="run", env=Env(hostname="node-a"), status="complete",
-               telemetry=Telemetry(10.0, 1.7e9, stages, devices))
+               sections={"telemetry": Telemetry(10.0, 1.7e9, stages, devices)})
 
 
 HEALTHY = [_stage(s, f"GPU{i}") for s in ("comm", "train") for i in range(4)]
@@ -259,9 +258,9 @@ def test_straggler_warns_and_idle_or_lone_devices_are_not_judged() -> None:
     assert _verdicts([*HEALTHY[:5], idle, *HEALTHY[6:]])["stragglers"][0] == "PASS"
     moment = replace(slow, samples=1, util_pct=None)  # one reading of a short stage: not its steady clock
     assert _verdicts([*HEALTHY[:5], moment, *HEALTHY[6:]])["stragglers"][0] == "PASS"
-    assert "telemetry.stragglers" not in analyse.values(_run(HEALTHY[:1]))
+    assert "telemetry.stragglers" not in telemetry_values(_run(HEALTHY[:1]))
     cpu = _run([replace(HEALTHY[0], throttle=None, ecc_corrected=None, ecc_uncorrected=None)])
-    assert analyse.values(cpu) == {}  # a lone CPU: nothing to judge, and the rules say nothing
+    assert telemetry_values(cpu) == {}  # a lone CPU: nothing to judge, and the rules say nothing
 
 
 def _samples() -> list[Sample]:
@@ -296,7 +295,7 @@ def test_report_section_with_and_without_the_csv(tmp_path: Path) -> None:
     devices = [device_stage("NVIDIA H100 80GB HBM3", [s for s in samples if (s.stage, s.device) == key])
                for key in (("comm", "GPU0"), ("comm", "GPU1"), ("train", "GPU0"), ("train", "GPU1"))]
     run = _run(devices)
-    save_run(tmp_path, run)
+    run_folder(tmp_path).save(run)
     _write_csv(tmp_path / "telemetry.csv", samples)
     html = render_report(tmp_path).read_text()
     n = expected_plots(load_run(tmp_path))

@@ -14,14 +14,14 @@ import pytest
 from conftest import GPT2, assert_one_line_error, read_run, run_cli, run_side_by_side
 
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.analyse.rules import default_rules, evaluate
-from clusterbench.analyse.train import metrics
+from clusterbench.analyse.rules import evaluate
 from clusterbench.errors import UsageError
-from clusterbench.results.documents import RUN, read
-from clusterbench.results.schema import RankPhases
-from clusterbench.train import flops, models
-from clusterbench.train.data import share
-from clusterbench.train.loop import accumulation, split
+from clusterbench.stages.registry import default_rules, load_run
+from clusterbench.stages.train import flops, models
+from clusterbench.stages.train.data import share
+from clusterbench.stages.train.loop import accumulation, split
+from clusterbench.stages.train.metrics import metrics
+from clusterbench.stages.train.records import RankPhases
 
 SHORT = ["--steps", "24", "--seq-len", "32", "--global-batch", "8", "--warmup-steps", "2",
          "--peak-tflops", "1"]
@@ -90,7 +90,7 @@ def test_a_healthy_run_splits_each_rank_step_and_names_no_straggler(short_ref) -
     for p in ranks:
         assert p.step_s == pytest.approx(sum(window) / len(window), rel=0.05)
     m = Metrics()
-    metrics(read(run / "run.json", RUN), m)
+    metrics(load_run(run), m)
     (verdict,) = [r for r in evaluate(default_rules(), m) if r.rule == "slow rank"]
     assert verdict.verdict == "PASS", verdict.detail
 

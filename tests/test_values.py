@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from clusterbench import launch
-from clusterbench.comm.ops import OPS
-from clusterbench.comm.scopes import whole_job
-from clusterbench.comm.sweep import _ctx, check
-from clusterbench.comm.values import _EXACT, DTYPES, Values
-from clusterbench.dist import resolve
-from clusterbench.results.schema import CommOptions
+from clusterbench.runtime import launch
+from clusterbench.runtime.dist import resolve
+from clusterbench.stages.comm.ops import OPS
+from clusterbench.stages.comm.records import CommOptions
+from clusterbench.stages.comm.scopes import whole_job
+from clusterbench.stages.comm.sweep import _ctx, check
+from clusterbench.stages.comm.values import _EXACT, DTYPES, Values
 
 COUNT = 4099  # not a multiple of anything the patterns use
 CPU = torch.device("cpu")

@@ -19,18 +19,18 @@ import pytest
 from report_fixtures import as_run, comm_rows, gpu_run_doc, write_run
 
 from clusterbench.analyse.compare import compare, lost
-from clusterbench.analyse.cost_model import fit_line, fit_run
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, evaluate
 from clusterbench.analyse.verdicts import judge, overall
 from clusterbench.cli import main
 from clusterbench.errors import UsageError
-from clusterbench.registry import metrics_of, page
 from clusterbench.report.plots import drawable, log_span
 from clusterbench.results import codec
-from clusterbench.results.folder import claim, load_run
-from clusterbench.results.schema import Env, Run
-from clusterbench.results.telemetry import DeviceStage, Spread, StageWindow, Telemetry, csv_columns
+from clusterbench.results.run import Env, Run
+from clusterbench.stages.comm.cost_model import fit_line, fit_run
+from clusterbench.stages.comm.records import COMM, COST_MODEL
+from clusterbench.stages.registry import load_run, metrics_of, page, run_folder
+from clusterbench.telemetry.records import DeviceStage, Spread, StageWindow, Telemetry, csv_columns
 
 DEEP = 100_000
 
@@ -165,11 +165,11 @@ def test_a_run_whose_figures_turned_nan_is_judged_and_drawn_without_a_pass() -> 
     """A NaN arises in this process (a NaN loss, a time of zero): the verdicts skip it, the plots leave it out."""
     rows = [r for r in comm_rows({"all_reduce": 478.0}) if r["size_bytes"] >= 2**24]
     run = as_run(gpu_run_doc({}, comm=rows, train=None, peaks=None, verdicts=[]))
-    run.cost_model = fit_run(run)
-    for row in run.comm:
+    COST_MODEL.set(run, fit_run(run))
+    for row in COMM.of(run):
         for name in ("busbw_gbps", "duration_us", "p50_us", "p99_us"):
             object.__setattr__(row, name, math.nan)
-    object.__setattr__(run.comm[0], "busbw_gbps", math.inf)
+    object.__setattr__(COMM.of(run)[0], "busbw_gbps", math.inf)
     busbw = [Rule("busbw", ("comm.all_reduce.busbw_gbps.top",), "value", "!= 0", missing="skip")]
     assert [v.status for v in judge(metrics_of(as_run(gpu_run_doc({}))), {}, busbw)] == ["PASS"]
     assert [v.status for v in judge(metrics_of(run), {}, busbw)] == ["SKIP"]
@@ -246,7 +246,7 @@ def test_a_stored_fit_is_replaced_only_by_its_like_or_when_asked(home: Path,
     code, out, _ = _call(capsys, "model", "fit", sweep, "--save")  # made the same way: the same figures
     assert code == 0 and "stored in" in out
     code, _, _ = _call(capsys, "model", "fit", sweep / "run.json", "--sizes", "1K..1M", "--save", "--overwrite")
-    assert code == 0 and tuple(load_run(sweep).cost_model.size_range) == (1024, 1024**2)
+    assert code == 0 and tuple(COST_MODEL.of(load_run(sweep)).size_range) == (1024, 1024**2)
     before = _hashes(home)
     _refused(capsys, "model", "fit", sweep, "--save", needle="1 KiB to 1 MiB")
     assert _hashes(home) == before
@@ -258,7 +258,7 @@ def test_a_run_folder_is_never_a_file(home: Path, target: str) -> None:
     before = _hashes(home)
     for overwrite in (False, True):
         with pytest.raises(UsageError, match="is a file, not a folder"):
-            claim(home / target, overwrite)
+            run_folder(home / target).claim(overwrite)
     assert _hashes(home) == before
 
 
@@ -266,8 +266,8 @@ def test_a_folder_with_a_runs_files_but_no_run_json_is_claimed_only_when_asked(t
     (tmp_path / "comm.csv").write_text("op,size_bytes\n")
     (tmp_path / "notes.txt").write_text("mine\n")
     with pytest.raises(UsageError, match=r"already holds a run's files \(comm.csv\)"):
-        claim(tmp_path, overwrite=False)
-    assert claim(tmp_path, overwrite=True) == tmp_path
+        run_folder(tmp_path).claim(overwrite=False)
+    assert run_folder(tmp_path).claim(overwrite=True).path == tmp_path
     assert not (tmp_path / "comm.csv").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"
 
 
@@ -308,15 +308,15 @@ def test_extreme_times_fit_or_are_refused_in_one_line(scale: float) -> None:
 
 def test_a_row_of_no_ranks_is_refused() -> None:
     run = as_run(gpu_run_doc({}, comm=comm_rows({"all_reduce": 478.0}), train=None, peaks=None))
-    object.__setattr__(run.comm[2], "world_size", 0)
+    object.__setattr__(COMM.of(run)[2], "world_size", 0)
     with pytest.raises(UsageError, match="comm row 2 .* has 0 ranks"):
         fit_run(run)
 
 
 def test_a_fit_of_times_beyond_a_float_is_refused_before_it_is_stored() -> None:
     run = Run(command="comm", status="complete", env=Env("h", world_size=8),
-              comm=[dataclasses.replace(r, p50_us=r.p50_us * (1e300 if i % 2 else 1e-10))
-                    for i, r in enumerate(as_run(gpu_run_doc({})).comm) if r.op == "all_reduce"])
+              sections={"comm": [dataclasses.replace(r, p50_us=r.p50_us * (1e300 if i % 2 else 1e-10))
+                                 for i, r in enumerate(COMM.of(as_run(gpu_run_doc({})))) if r.op == "all_reduce"]})
     try:
         model = fit_run(run)
     except UsageError as e:

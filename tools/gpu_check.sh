@@ -97,7 +97,7 @@ step run-quick 180 "${CB[@]}" run --quick --out "$OUT/run-quick"
 # host-device copies of each GPU alone, their spread and share of the PCIe link, the link's generation read under
 # their load; and with several GPUs the copy matrix against NVLink or PCIe.
 step counters 60 "$PY" -c '
-from clusterbench.analyse import node_rules
+from clusterbench.nodechecks import node_rules
 from clusterbench.hw import counters
 gpus = counters.node_gpus(); snap = counters.snapshot(gpus)
 print("# gpus:", [(g.label, g.bus_id) for g in gpus], "missing:", snap.missing, "xids:", len(snap.xids))
@@ -107,8 +107,8 @@ for f in counters.states(snap): print("# finding:", f.subject, f.what, "|", f.se
 for m in node_rules.judge(counters.figures(None, snap), counters.states(snap), node_rules.load()): print("#", m.level, m.line)'
 step copies 120 "$PY" -c '
 import torch
-from clusterbench.fleet import measures
-from clusterbench.nodechecks import NODE_CHECKS
+from clusterbench.nodechecks import measures
+from clusterbench.nodechecks.table import NODE_CHECKS
 gpus = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count()))
 for d in gpus:
     found = measures.host_device(measures.On(d, torch.cuda.get_device_name(d), 1.0))

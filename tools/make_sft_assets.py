@@ -24,11 +24,11 @@ import json
 import random
 from pathlib import Path
 
-# Kept in step with clusterbench.train.data (the tokenizer is trained on the
+# Kept in step with clusterbench.stages.train.data (the tokenizer is trained on the
 # same rendering the loader feeds the model, so template pieces become tokens).
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
 VOCAB_SIZE = 4096
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/clusterbench/train/assets"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/clusterbench/stages/train/assets"
 
 # country, capital, continent -- a small hand-written table.
 COUNTRIES = [
@@ -445,7 +445,7 @@ def main() -> None:
 
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from clusterbench.train.data import render_alpaca  # the exact text the model sees
+    from clusterbench.stages.train.data import render_alpaca  # the exact text the model sees
 
     examples = make_examples(args.n, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
-from clusterbench import __version__, launchers, publish, registry
-from clusterbench.command import Command, RankCommand, ToolCommand
+from clusterbench import __version__, publish
 from clusterbench.commands import (
     align,
     baseline,
@@ -26,7 +26,10 @@ from clusterbench.commands import (
 from clusterbench.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, Interrupted, RunFailed, UsageError, one_line
 from clusterbench.inputs.printable import printable
 from clusterbench.results import outputs
+from clusterbench.runtime import launchers
+from clusterbench.runtime.command import Command, RankCommand, ToolCommand
 from clusterbench.secrets import masked
+from clusterbench.stages import registry
 
 COMMANDS: tuple[Command, ...] = (
     run.COMMAND,
@@ -116,18 +119,22 @@ def _run(command: Command, args: argparse.Namespace) -> int:
         launchers.detect()  # a seat that cannot exist is refused before torch takes seconds to load
         publish.outputs_of(args)  # and so is a store of an unknown kind, or a textfile nobody would read
         # and an output over a file it did not make, or over an input
-        planned = outputs.check(_every_option(command, args), uses_store=True)
-        from clusterbench.harness import run_ranks  # torch: only for a command that starts ranks
+        planned = outputs.check(_every_option(command, args), uses_store=True, run_files=_run_files)
+        from clusterbench.runtime.harness import run_ranks  # torch: only for a command that starts ranks
 
         try:
             return run_ranks(command, args)
         finally:
             outputs.mark(planned)
-    planned = outputs.check(args, uses_store=not isinstance(command, ToolCommand))
+    planned = outputs.check(args, uses_store=not isinstance(command, ToolCommand), run_files=_run_files)
     try:
         return command.main(args)
     finally:
         outputs.mark(planned)
+
+
+def _run_files(folder: Path) -> list[Path]:
+    return registry.run_folder(folder).files()
 
 
 def _every_option(command: Command, args: argparse.Namespace) -> argparse.Namespace:

@@ -5,7 +5,7 @@ An entry says only what is true of the collective itself: how its bus bandwidth 
 its algorithm bandwidth (the nccl-tests factor), how its Size buffer splits, whether it reduces,
 has a root or pairs ranks, the latency steps of its ring form, which NCCL algorithms and which
 of clusterbench's send/recv algorithms can run it, and what every rank must hold after it.
-How torch calls it lives in comm/ops.py, one entry there per entry here; reading a finished run
+How torch calls it lives in stages/comm/ops.py, one entry there per entry here; reading a finished run
 needs only this table, so analysing one never imports torch.
 """
 
@@ -64,7 +64,7 @@ class Collective:
     latency_steps: Callable[[int], float] | None = None  # steps of its ring (or chain) form; None: not modelled
     crosses_every_node: bool = False  # as a ring every byte crosses each node boundary: busbw is a node's traffic
     nccl: tuple[str, ...] = ()  # the NCCL algorithms that can run it when forced (--nccl-algo)
-    built: tuple[str, ...] = ()  # the send/recv algorithms of comm/algos.py that stand for it (--algo)
+    built: tuple[str, ...] = ()  # the send/recv algorithms of stages/comm/algos.py that stand for it (--algo)
     in_all: bool = True  # `--ops all` runs it
 
     def granularity(self, n: int) -> int:

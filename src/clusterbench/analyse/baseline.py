@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from clusterbench.errors import UsageError
 from clusterbench.results import documents
-from clusterbench.results.documents import Baseline, MetricStats
-from clusterbench.results.fleet import Band
-from clusterbench.results.folder import load_run
+from clusterbench.results.documents import Band, Baseline, MetricStats
+from clusterbench.results.run import Run
+from clusterbench.stages.fleet.records import FLEET
 
 
 def build(runs: list[tuple[str, dict[str, float]]]) -> Baseline:
@@ -41,7 +42,7 @@ def load_means(path: str | Path) -> dict[str, float]:
     return {name: m.mean for name, m in baseline.metrics.items()}
 
 
-def bands_of(path: Path, label: str) -> list[Band]:
+def bands_of(path: Path, label: str, load_run: Callable[[Path], Run]) -> list[Band]:
     """The node bands an earlier fleet run (its folder or run.json) or a baseline from the store holds."""
     if path.is_file() and path.name != "run.json":
         doc = documents.read(path, documents.BASELINE, f"{label} {path}")
@@ -50,6 +51,6 @@ def bands_of(path: Path, label: str) -> list[Band]:
                              "baseline --from-store, from a store that recorded fleet runs)")
         return [replace(b, source=f"baseline {path} ({b.source})") for b in doc.bands]
     run = load_run(path)
-    if run.fleet is None or not run.fleet.bands:
+    if FLEET.of(run) is None or not FLEET.of(run).bands:
         raise UsageError(f"{label} {path}: that run holds no fleet bands (make one with clusterbench fleet)")
-    return [replace(b, source=f"baseline {path}") for b in run.fleet.bands]
+    return [replace(b, source=f"baseline {path}") for b in FLEET.of(run).bands]

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from clusterbench.analyse.metrics import is_per_size, kind_of
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
 
 DEFAULT_TOLERANCE = 0.05
 

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench import limits
-from clusterbench.analyse import nccl
-from clusterbench.analyse.links import active_rdma
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit, is_per_size, kind_of
 from clusterbench.errors import UsageError
-from clusterbench.inputs import documents as inputs
+from clusterbench.inputs.documents import read_yaml, version
+from clusterbench.nccl.metrics import nccl_values
 from clusterbench.results import documents
-from clusterbench.results.hardware import Gpu
-from clusterbench.results.schema import Expected, Run
+from clusterbench.results.run import Expected, Run
+from clusterbench.stages.comm.links import active_rdma
+from clusterbench.stages.hardware.records import HARDWARE, Gpu
+from clusterbench.stages.train.records import TRAIN
 from clusterbench.units import BITS_PER_BYTE
 
 TABLE_KIND = "clusterbench-expected"
@@ -63,7 +64,7 @@ def load(path: str | Path, origin: str = "file") -> list[System]:
     """A table of expected figures, or a baseline file (its means, for any system); one-line errors."""
     p = Path(path)
     label = f"--expected {p}" if origin == "file" else str(p)
-    doc = inputs.read_yaml(p, label)
+    doc = read_yaml(p, label)
     if isinstance(doc, dict) and doc.get("kind") == documents.BASELINE.name:
         return [_from_baseline(p, label)]
     if not isinstance(doc, dict) or doc.get("kind") != TABLE_KIND or not isinstance(doc.get("systems"), list):
@@ -73,7 +74,7 @@ def load(path: str | Path, origin: str = "file") -> list[System]:
         raise UsageError(f"{label}: unknown key(s) {', '.join(sorted(set(doc) - _TABLE_KEYS))} (a table holds "
                          f"{', '.join(sorted(_TABLE_KEYS))})")
     # A table written before tables carried a version is version 1.
-    inputs.version(doc.get("schema_version", 1), label, TABLE_VERSION, "expected-figures table")
+    version(doc.get("schema_version", 1), label, TABLE_VERSION, "expected-figures table")
     return [_system(item, i, label, origin) for i, item in enumerate(doc["systems"], 1)]
 
 
@@ -182,7 +183,7 @@ def facts(run: Run) -> dict[str, Any]:
         found["ranks_per_node"] = next(iter(per_node.values())) if len(set(per_node.values())) == 1 else None
     elif run.env.hosts:  # a folder from before ranks were placed: its hosts, not how many ranks each ran
         found["nodes"], found["ranks_per_node"] = len(set(run.env.hosts)), None
-    gpus = run.hardware.gpus if run.hardware else []
+    gpus = HARDWARE.of(run).gpus if HARDWARE.of(run) else []
     if gpus:
         found["gpus"] = len(gpus)
         # A model the peak table does not know keeps its own name, and so matches no system.
@@ -192,14 +193,14 @@ def facts(run: Run) -> dict[str, Any]:
         found["nvlink"] = versions.pop() if len(versions) == 1 else None
         switched = {_switched(g) for g in gpus}
         found["nvswitch"] = False if False in switched else (None if None in switched else True)
-    labels = {p.label for p in active_rdma(run.hardware)}
+    labels = {p.label for p in active_rdma(HARDWARE.of(run))}
     if labels:
         found["nic"] = labels.pop() if len(labels) == 1 else None
     if run.env.backend == "nccl":
-        nvls = nccl.values(run).get("nccl.nvls")
+        nvls = nccl_values(run).get("nccl.nvls")
         found["nccl.nvls"] = None if nvls is None else int(nvls[0])
-    if run.train is not None:
-        c = run.train.config
+    if TRAIN.of(run) is not None:
+        c = TRAIN.of(run).config
         found |= {"train.preset": c.preset, "train.parallel": c.parallel, "train.dtype": c.dtype,
                   "train.seq_len": c.seq_len}
     return found

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from clusterbench.analyse import bands
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.analyse.rules import Rule, evaluate, load_rules
-from clusterbench.nodechecks import BANDED
-from clusterbench.results.documents import Baseline, MetricStats
-from clusterbench.results.fleet import Band
-from clusterbench.store.history import DAY_S, Daily, Point, Stats
+from clusterbench.nodechecks import bands
+from clusterbench.nodechecks.table import BANDED
+from clusterbench.results.documents import Band, Baseline, MetricStats
+from clusterbench.store.queries import DAY_S, Daily, Point, Stats
 from clusterbench.store.record import NODE_PREFIX
 
 WINDOW = 5  # a node's own recent median: over its last 5 figures before the latest
@@ -132,7 +131,7 @@ def band_metrics() -> list[str]:
 
 def baseline(stats: list[Stats], values: list[tuple[str, str, float]], klass: str,
              source: str) -> tuple[Baseline, list[Band]]:
-    """A baseline of one hardware class from its healthy past (store.history's healthy_* rows): each
+    """A baseline of one hardware class from its healthy past (store.queries' healthy_* rows): each
     metric's mean, min and max, and each node figure's band (the median of the nodes' medians, and a
     robust spread of every healthy figure around it). A band of fewer nodes than a band judges from
     (bands.JUDGES_FROM) would judge nobody: it is left out, and returned beside the baseline to be said."""

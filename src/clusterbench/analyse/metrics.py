@@ -1,7 +1,7 @@
 """A run flattened into named numbers: the common ground of verdicts, compare, rules and baselines.
 
 Each stage puts its own family of metrics (its `metrics` in clusterbench/stages/, through the
-analyse module of its topic); clusterbench.registry.metrics_of walks the stages and ends with
+analyse module of its topic); clusterbench.stages.registry.metrics_of walks the stages and ends with
 run_wide() here.
 
 Names (docs/methodology.md §6): comm.<op>.busbw_gbps.<small|medium|large|avg|top> (mean busbw in
@@ -10,12 +10,12 @@ quarter of the largest), comm.<op>.busbw_gbps@<bytes> per exact size, comm.<op>.
 (top busbw against the link's theoretical one-direction figure), comm.<op>.wrong and
 comm.wrong (all ops and pairs), comm.<intra|inter>.<op>.busbw_gbps.worst (the worst node or
 rail), comm.pairwise.<within|across>_nodes.gbps (class medians), comm.pairwise.flagged (slow
-nodes and ranks), nccl.* (what NCCL's log says: analyse/nccl.py), hardware.pcie.downtrained,
+nodes and ranks), nccl.* (what NCCL's log says: nccl/metrics.py), hardware.pcie.downtrained,
 hardware.affinity.far_from_gpu (ranks pinned to another NUMA node than their GPU),
 train.<summary figure>, train.completed, train.alignment.<figure>, canary.completed and
 canary.alignment.<figure> (the numerics canary), peaks.matmul.<dtype>.tflops, peaks.copy.gbps,
-telemetry.<throttled|ecc_grown|stragglers> (analyse/telemetry.py), fleet.<excluded|suspects|
-flaky_links|odd_facts> (analyse/fleet.py), and run.failed (only in a
+telemetry.<throttled|ecc_grown|stragglers> (telemetry/metrics.py), fleet.<excluded|suspects|
+flaky_links|odd_facts> (stages/fleet/conclusion.py), and run.failed (only in a
 run that did not complete).
 
 Beside the values: a note that puts a value in words for a verdict line, and for a metric
@@ -30,8 +30,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from clusterbench.analyse import nccl, telemetry
-from clusterbench.results.schema import Run
+from clusterbench.nccl.metrics import nccl_values
+from clusterbench.results.run import Run
+from clusterbench.telemetry.metrics import telemetry_values
 
 SMALL_MAX_BYTES = 64 * 1024  # below: latency-bound sizes
 MEDIUM_MAX_BYTES = 16 * 1024**2  # from here on: bandwidth-bound sizes
@@ -113,13 +114,10 @@ class Metrics:
 def run_wide(run: Run, m: Metrics) -> None:
     """The metrics of no stage in particular, once every stage has put its own: what NCCL's log and
     the telemetry say, and whether the run failed."""
-    for name, (value, note) in nccl.values(run).items():
+    for name, (value, note) in nccl_values(run).items():
         m.put(name, value, note)
-    for name, (value, note) in telemetry.values(run).items():
+    for name, (value, note) in telemetry_values(run).items():
         m.put(name, value, note)
-    if m.values.get("nccl.nvls") and m.values.get("comm.all_reduce.link_share", 0) > 1:
-        m.notes["comm.all_reduce.link_share"] += ("; NCCL set up NVLS channels (its log), and NVLS reduces in the "
-                                                  "NVSwitch, which lets busbw pass the link")
     if run.status != "complete":  # absent from a run that completed, so it adds no line to its verdicts
         m.put("run.failed", 1, run.error or f"the run is {run.status}")
 

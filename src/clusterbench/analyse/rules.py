@@ -21,8 +21,8 @@
 A rule about a stage that did not run (no comm rows, no train section) is not judged, whatever
 its `missing` says; a figure that is NaN or infinite is missing (metrics.py), so no rule passes it.
 Every field is checked for its type, and a regex is matched with a bound on its cost
-(inputs.patterns). `clusterbench run` judges with the shipped default_rules.yaml unless given
---rules; `clusterbench compare --rules` with the file it is given.
+(inputs.patterns). `clusterbench run` judges with the shipped default_rules.yaml and the rules.yaml a stage
+ships beside its stage.py unless given --rules; `clusterbench compare --rules` with the file it is given.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from typing import Any
 
 from clusterbench.analyse.expected import whose
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.inputs import documents, patterns
-from clusterbench.results.schema import Expected
+from clusterbench.results.run import Expected
 
 FUNCTIONS = ("value", "change", "expected")
 LEVELS = ("WARN", "FAIL")
@@ -92,7 +92,9 @@ def default_rules_path() -> Path:
     return Path(str(files("clusterbench.analyse") / "default_rules.yaml"))
 
 
-def default_rules() -> list[Rule]:
+def shared_rules() -> list[Rule]:
+    """The rules clusterbench ships in default_rules.yaml; a stage may ship its own besides
+    (stages.registry.default_rules)."""
     return load_rules(default_rules_path())
 
 

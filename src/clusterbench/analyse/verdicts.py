@@ -12,19 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from clusterbench.analyse.metrics import Metrics
-from clusterbench.analyse.rules import Rule, RuleResult, default_rules, evaluate
+from clusterbench.analyse.rules import Rule, RuleResult, evaluate
 from clusterbench.errors import UsageError
-from clusterbench.results.schema import Expected, Verdict
+from clusterbench.results.run import Expected, Verdict
 
 RANKED = ("PASS", "WARN", "FAIL")
 _SHOWN = 3  # results named in one line before "and N more"
 
 
-def judge(metrics: Metrics, expected: dict[str, Expected], rules: list[Rule] | None = None) -> list[Verdict]:
-    """One verdict per rule (the default rules unless given), in the rules' order."""
+def judge(metrics: Metrics, expected: dict[str, Expected], rules: list[Rule]) -> list[Verdict]:
+    """One verdict per rule, in the rules' order."""
     # strict=False: a rule that matches nothing in a run just measured FAILs visibly, with the
     # report still written, rather than throwing the measurements' conclusion away.
-    results = evaluate(rules if rules is not None else default_rules(), metrics, expected=expected, strict=False)
+    results = evaluate(rules, metrics, expected=expected, strict=False)
     by_rule: dict[str, list[RuleResult]] = {}
     for r in results:
         by_rule.setdefault(r.rule, []).append(r)

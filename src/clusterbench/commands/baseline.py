@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from clusterbench import args as argtypes
-from clusterbench.analyse import bands, baseline
-from clusterbench.command import ToolCommand
+from clusterbench import argtypes
+from clusterbench.analyse import baseline
 from clusterbench.errors import EXIT_OK, UsageError
+from clusterbench.nodechecks import bands
 from clusterbench.publish import add_store_argument
-from clusterbench.registry import metrics_of
 from clusterbench.results import codec
-from clusterbench.results.documents import Baseline
-from clusterbench.results.fleet import Band
-from clusterbench.results.folder import load_run
-from clusterbench.store import where as store_where
+from clusterbench.results.documents import Band, Baseline
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.registry import load_run, metrics_of
+from clusterbench.store.where import resolve
+
+SINCE = "30d"  # how far back --from-store reads unless told
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--from-store", dest="from_store", action="store_true",
                    help="summarise the store's healthy runs and nodes of one hardware class instead of run folders")
     add_store_argument(g, "read")
-    g.add_argument("--since", type=argtypes.age, metavar="PERIOD", help="only runs this recent (default 30d)")
+    g.add_argument("--since", type=argtypes.age, metavar="PERIOD", help=f"only runs this recent (default {SINCE})")
     g.add_argument("--class", dest="klass", metavar="CLASS",
                    help="the hardware class (default: the store's only one)")
 
@@ -50,25 +51,25 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _from_store(args: argparse.Namespace) -> tuple[Baseline, list[Band]]:
-    from clusterbench.analyse import history as analysis
-    from clusterbench.store import history
-    where = store_where.resolve(args.store)
+    from clusterbench.analyse import history
+    from clusterbench.store import queries
+    where = resolve(args.store)
     if where is None:
         raise UsageError("--store off: there is no store to read")
     from clusterbench.store.db import open_store  # SQLAlchemy: only where a sound store is read
 
-    since = args.since or argtypes.age("30d")
+    since = args.since or argtypes.age(SINCE)
     since_s = time.time() - since
     store = open_store(where, write=False)
     try:
         with store.reading() as conn:
-            klass = _class(args.klass, history.classes(conn))
-            stats = history.healthy_stats(conn, klass, since_s)
-            values = history.healthy_values(conn, klass, since_s, analysis.band_metrics())
+            klass = _class(args.klass, queries.classes(conn))
+            stats = queries.healthy_stats(conn, klass, since_s)
+            values = queries.healthy_values(conn, klass, since_s, history.band_metrics())
     finally:
         store.close()
     source = f"store {where.shown}, {since / 86400:g} days to {time.strftime('%Y-%m-%d', time.gmtime())}"
-    doc, thin = analysis.baseline(stats, values, klass, source)
+    doc, thin = history.baseline(stats, values, klass, source)
     if not doc.runs:
         raise UsageError(f"store {where.shown}: no healthy run of {klass} in the last {since / 86400:g} days")
     try:  # what clusterbench writes, clusterbench reads back: never a null where a figure belongs

@@ -29,18 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
-from clusterbench import publish
-from clusterbench.analyse import node_rules
-from clusterbench.analyse.bands import JUDGES_FROM
+from clusterbench import argtypes, publish
 from clusterbench.analyse.baseline import bands_of
 from clusterbench.analyse.rules import Rule
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunFailed, UsageError, one_line
-from clusterbench.fleet import actions
-from clusterbench.nodechecks import NODE_CHECKS
-from clusterbench.results.documents import utc_stamp
-from clusterbench.results.fleet import Band
+from clusterbench.nodechecks import node_rules
+from clusterbench.nodechecks.bands import JUDGES_FROM
+from clusterbench.nodechecks.table import NODE_CHECKS
+from clusterbench.results.documents import Band, utc_stamp
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.fleet import actions
+from clusterbench.stages.registry import load_run
 from clusterbench.store.record import Figure, RunRecord
 
 # Slurm kills a HealthCheckProgram after 60 s: a check that has not finished by 50 s still has
@@ -95,8 +94,8 @@ class Outcome:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=argtypes.real(0.0, maximum=MAX_BUDGET_S), default=BUDGET_S, metavar="SECONDS",
-                   help=f"seconds every check together may take; past them the check fails, saying which check "
-                        f"was still running (default {BUDGET_S:g}: Slurm kills a HealthCheckProgram at 60)")
+                   help="seconds every check together may take; past them the check fails, saying which check "
+                        "was still running (default %(default)g: Slurm kills a HealthCheckProgram at 60)")
     p.add_argument("--gpus", type=argtypes.whole(0, 1024),
                    help="GPUs torch must see here (default: not checked; give it on GPU nodes, where a GPU "
                         "lost from the bus, or a driver that fails, shows only as fewer GPUs or none)")
@@ -105,9 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or run.json), or in a baseline from the store (baseline --from-store)")
     p.add_argument("--tolerance", type=argtypes.real(0.0, strict=False, maximum=1.0), default=0.1,
                    help="with --baseline: a figure is out when this far below its band's median, and 4 robust "
-                        "spreads or half the median (default 0.1, as clusterbench fleet)")
+                        "spreads or half the median (default %(default)g, as clusterbench fleet)")
     p.add_argument("--numerics-steps", dest="numerics_steps", type=argtypes.whole(0, 100), default=4,
-                   help="steps of the numerics task each device trains; 0: none (default 4)")
+                   help="steps of the numerics task each device trains; 0: none (default %(default)d)")
     node_rules.add_argument(p)
     p.add_argument("--node", help="this node's name in Slurm (default: SLURMD_NODENAME, else the short host name)")
     p.add_argument("--drain-on-fail", dest="drain", action="store_true",
@@ -140,7 +139,7 @@ def prepare(args: argparse.Namespace) -> CheckOptions:
                 actions.check_scontrol(flag)
     node = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     # Every band, of any class: which class this node is, the checks find out.
-    bands = bands_of(args.baseline, "--baseline") if args.baseline else None
+    bands = bands_of(args.baseline, "--baseline", load_run) if args.baseline else None
     if bands is not None and all(b.nodes < JUDGES_FROM for b in bands):
         raise UsageError(f"--baseline {args.baseline}: its bands stand on {max(b.nodes for b in bands)} node(s) at "
                          f"most, and a band of fewer than {JUDGES_FROM} judges nobody (a fleet run of {JUDGES_FROM} "
@@ -232,7 +231,7 @@ def _checks(options: CheckOptions, deadline: float, fd: int) -> None:
         os.dup2(quiet, 2)
     try:
         try:
-            from clusterbench.fleet import health  # torch: loaded here, so the budget covers it
+            from clusterbench.nodechecks import health  # torch: loaded here, so the budget covers it
         except Exception as e:  # noqa: BLE001 - a broken install is no fault of the node's
             if debug:
                 traceback.print_exc()

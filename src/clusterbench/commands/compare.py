@@ -7,15 +7,14 @@ import json
 import sys
 from dataclasses import asdict
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import baseline
 from clusterbench.analyse.compare import DEFAULT_TOLERANCE, Comparison, compare, lost, unfinished, worse
 from clusterbench.analyse.rules import RuleResult, evaluate, load_rules
 from clusterbench.analyse.verdicts import conclusive, worst
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
-from clusterbench.registry import metrics_of
-from clusterbench.results.folder import load_run
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.registry import load_run, metrics_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,15 +5,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clusterbench import args as argtypes
-from clusterbench.analyse import predict as pr
-from clusterbench.analyse.cost_model import STATS, bent, fit_run, span
-from clusterbench.command import ToolCommand
+from clusterbench import argtypes
 from clusterbench.errors import EXIT_OK, UsageError
-from clusterbench.results.cost_model import CostModel
 from clusterbench.results.documents import write_text
-from clusterbench.results.folder import load_run, save_run
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.comm.cost_model import STATS, bent, fit_run, span
+from clusterbench.stages.comm.predict import (
+    ALGORITHMS,
+    Cluster,
+    Link,
+    Prediction,
+    measured_links,
+    named_link,
+    named_links,
+    powers_of_two,
+    predict,
+)
+from clusterbench.stages.comm.records import COST_MODEL, CostModel
+from clusterbench.stages.registry import load_run, run_folder
 from clusterbench.units import duration, human_bytes
 
 PLANNING_SIZE = 1024**3  # the planning question's message: 1 GiB
@@ -30,13 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_stat(fit)
     pre = sub.add_parser("predict", help="predict collective times for a described cluster, per algorithm")
     pre.add_argument("--from", dest="from_run", metavar="RUN_DIR", help="link classes as fitted to this run")
-    pre.add_argument("--intra", metavar="CLASS", help=f"intra-node link class: {', '.join(pr.named_links())}")
+    pre.add_argument("--intra", metavar="CLASS", help=f"intra-node link class: {', '.join(named_links())}")
     pre.add_argument("--inter", metavar="CLASS", help="inter-node link class (e.g. ndr)")
     pre.add_argument("--nodes", type=argtypes.whole(1), required=True, help="nodes of the cluster")
     pre.add_argument("--gpus-per-node", type=argtypes.whole(1),
                      help="ranks per node (default with --from: the run's)")
-    pre.add_argument("--op", default="all_reduce", help=f"one of {', '.join(pr.ALGORITHMS)} (default all_reduce)")
-    pre.add_argument("--sizes", default="1K..16G", help="LOW..HIGH, powers of two between (default 1K..16G)")
+    pre.add_argument("--op", default="all_reduce", help=f"one of {', '.join(ALGORITHMS)} (default %(default)s)")
+    pre.add_argument("--sizes", default="1K..16G", help="LOW..HIGH, powers of two between (default %(default)s)")
     pre.add_argument("--plot", metavar="FILE.svg", type=Path, help="also draw the predicted busbw curves (a new file)")
     pre.add_argument("--overwrite", action="store_true", help="replace the --plot file when it exists")
     _add_stat(pre)
@@ -52,7 +62,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    run = load_run(args.run_dir)
+    folder = run_folder(args.run_dir)
+    run = folder.load()
     sizes = _range(args.sizes) if args.sizes is not None else None  # "--sizes=" is a typo, not "all"
     if args.save and not args.overwrite:
         _keeps_stored_fit(run, args.stat, sizes, Path(args.run_dir))
@@ -61,15 +72,15 @@ def _fit(args: argparse.Namespace) -> int:
     for reason in bent(model):
         print(f"# not one line: {reason}")
     if args.save:
-        run.cost_model = model
-        print(f"# model: stored in {save_run(args.run_dir, run)}")
+        COST_MODEL.set(run, model)
+        print(f"# model: stored in {folder.save(run)}")
     return EXIT_OK
 
 
 def _keeps_stored_fit(run: Run, stat: str, sizes: tuple[int, int] | None, run_dir: Path) -> None:
     """--save replaces a stored fit only when it was made the same way (the same rows and statistic give
     the same figures), or when --overwrite asks: a fit of chosen sizes is not lost to a default one."""
-    stored = run.cost_model
+    stored = COST_MODEL.of(run)
     if stored is None:
         return
     was = (stored.stat, tuple(stored.size_range) if stored.size_range else None)
@@ -100,12 +111,12 @@ def fit_text(model: CostModel) -> str:
     return "\n".join(lines)
 
 
-def cluster_of(args: argparse.Namespace) -> pr.Cluster:
-    links: dict[str, pr.Link] = {}
+def cluster_of(args: argparse.Namespace) -> Cluster:
+    links: dict[str, Link] = {}
     gpus = args.gpus_per_node
     if args.from_run:
         run = load_run(args.from_run)
-        links = pr.measured_links(run.cost_model if run.cost_model and run.cost_model.stat == args.stat
+        links = measured_links(COST_MODEL.of(run) if COST_MODEL.of(run) and COST_MODEL.of(run).stat == args.stat
                                   else fit_run(run, args.stat))
         per_node: dict[str, int] = {}
         for placement in run.env.ranks:
@@ -113,12 +124,12 @@ def cluster_of(args: argparse.Namespace) -> pr.Cluster:
         gpus = gpus if gpus is not None else max(per_node.values(), default=run.env.world_size or 1)
     for key in ("intra", "inter"):
         if getattr(args, key):
-            links[key] = pr.named_link(getattr(args, key))
+            links[key] = named_link(getattr(args, key))
     if "intra" not in links:
         raise UsageError("no intra-node link class: give --from RUN_DIR (measured on one node) or --intra CLASS")
     if gpus is None:
         raise UsageError("give --gpus-per-node (ranks per node) with named link classes")
-    return pr.Cluster(args.nodes, gpus, links["intra"], links.get("inter"))
+    return Cluster(args.nodes, gpus, links["intra"], links.get("inter"))
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -134,23 +145,23 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def _sizes(text: str) -> list[int]:
-    return pr.powers_of_two(*_range(text))
+    return powers_of_two(*_range(text))
 
 
 def _predict(args: argparse.Namespace) -> int:
     cluster = cluster_of(args)
-    predictions = pr.predict(cluster, args.op, _sizes(args.sizes))
+    predictions = predict(cluster, args.op, _sizes(args.sizes))
     print(predict_text(cluster, args.op, predictions))
     print(planning_answer(cluster, args.op))
     if args.plot:
-        from clusterbench.report.cost_model import prediction_svg  # matplotlib only when asked for
+        from clusterbench.stages.comm.cost_model_report import prediction_svg  # matplotlib only when asked for
 
         path = write_text(args.plot, prediction_svg(cluster, args.op, predictions), "the plot")
         print(f"# plot: {path}")
     return EXIT_OK
 
 
-def describe(cluster: pr.Cluster) -> str:
+def describe(cluster: Cluster) -> str:
     text = (f"{cluster.nodes} node{'s' * (cluster.nodes > 1)} x {cluster.gpus_per_node} ranks; intra "
             f"{cluster.intra.name}: {cluster.intra.alpha_us:.3g} us/step, {cluster.intra.bandwidth_gb_s:.4g} GB/s")
     if cluster.nodes > 1 and cluster.inter:
@@ -159,7 +170,7 @@ def describe(cluster: pr.Cluster) -> str:
     return text
 
 
-def predict_text(cluster: pr.Cluster, op: str, predictions: list[pr.Prediction]) -> str:
+def predict_text(cluster: Cluster, op: str, predictions: list[Prediction]) -> str:
     names = [p.algorithm for p in predictions[0].points]
     head = f"{'size':>10}" + "".join(f" {n + ' time':>18} {'busbw GB/s':>11}" for n in names) + "  winner"
     lines = [f"# {op} predicted on {describe(cluster)}", head]
@@ -169,8 +180,8 @@ def predict_text(cluster: pr.Cluster, op: str, predictions: list[pr.Prediction])
     return "\n".join(lines)
 
 
-def planning_answer(cluster: pr.Cluster, op: str) -> str:
-    best = pr.predict(cluster, op, [PLANNING_SIZE])[0].winner
+def planning_answer(cluster: Cluster, op: str) -> str:
+    best = predict(cluster, op, [PLANNING_SIZE])[0].winner
     return (f"# {op} of {human_bytes(PLANNING_SIZE)} on {cluster.nodes} node{'s' * (cluster.nodes > 1)} x "
             f"{cluster.gpus_per_node} ranks: {duration(best.time_us)} ({best.algorithm}, busbw "
             f"{best.busbw_gb_s:.4g} GB/s)")

@@ -22,19 +22,19 @@ import sys
 from pathlib import Path
 
 from clusterbench import flight
-from clusterbench.analyse.nccl import picture, unjudged
-from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import conclusive, overall
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.inputs import files
 from clusterbench.inputs.printable import printable
 from clusterbench.nccl.jobs import read_folder
 from clusterbench.nccl.log import read_files
-from clusterbench.registry import judge
-from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS, load_run
-from clusterbench.results.nccl import NcclFacts
-from clusterbench.results.schema import Run
+from clusterbench.nccl.metrics import picture, unjudged
+from clusterbench.nccl.records import NCCL, NcclFacts
+from clusterbench.results.folder import FLIGHT_DUMPS, NCCL_LOGS
+from clusterbench.results.run import Run
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.hardware.records import HARDWARE
+from clusterbench.stages.registry import default_rules, judge, load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,21 +60,22 @@ def _run_of(target: Path) -> tuple[Run, list[Path]]:
     if os.path.lexists(target / "run.json"):
         run = load_run(target)
         skipped: list[Path] = []
-        if run.nccl is None:
-            run.nccl, skipped = read_folder(target / NCCL_LOGS, own=True)
-        if run.nccl is None:
+        if NCCL.of(run) is None:
+            facts, skipped = read_folder(target / NCCL_LOGS, own=True)
+            NCCL.set(run, facts)
+        if NCCL.of(run) is None:
             raise UsageError(f"{target} holds no NCCL log: diagnose needs a run on the nccl backend"
                              + (f" (left out {_left_out(skipped)})" if skipped else ""))
         return run, skipped
     if files.is_regular(target):
-        return Run(command="diagnose", nccl=_log(target)), []
+        return Run(command="diagnose", sections={NCCL.name: _log(target)}), []
     if not os.path.isdir(target):
         raise UsageError(f"no run folder or NCCL log at {target}: it is {files.kind(target)}")
     facts, skipped = read_folder(target, own=False)
     if facts is None:
         raise UsageError(f"no run folder or NCCL log at {target}"
                          + (f" (left out {_left_out(skipped)}: only regular files are read)" if skipped else ""))
-    return Run(command="diagnose", nccl=facts), skipped
+    return Run(command="diagnose", sections={NCCL.name: facts}), skipped
 
 
 def _dumps_of(target: Path) -> Path | None:
@@ -94,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
     lines, code = flight.diagnose(dumps)
     print("\n".join(map(printable, lines)))  # a folder's or a file's name may hold a newline of its own
     # A run that hung on gloo has dumps and no NCCL log: the dumps are the whole story.
-    if dumps == args.target or not (os.path.lexists(args.target / NCCL_LOGS) or load_run(args.target).nccl):
+    if dumps == args.target or not (os.path.lexists(args.target / NCCL_LOGS) or NCCL.of(load_run(args.target))):
         return code
     print()
     return max(code, _nccl(args.target))
@@ -105,15 +106,15 @@ def _nccl(target: Path) -> int:
     if skipped:
         print(printable(f"clusterbench: note: left out {_left_out(skipped)}: only regular files are read"),
               file=sys.stderr)
-    for line in picture(run.nccl):
+    for line in picture(NCCL.of(run)):
         print(printable(line))
     checks = [r for r in default_rules() if all(p.startswith("nccl.") for p in r.patterns)]
     found = [v for v in judge(run, checks) if v.status != "SKIP"]
     print("\n== findings")
     for v in found:
         print(printable(f"  {v.status:<5} {v.check:<16} {v.detail}"))
-    verdict = conclusive(overall(found), unjudged(run.nccl) + (
-        "; the RDMA and NVLink checks also need a run folder's hardware picture" if run.hardware is None else ""))
+    verdict = conclusive(overall(found), unjudged(NCCL.of(run)) + (
+        "; the RDMA and NVLink checks also need a run folder's hardware picture" if HARDWARE.of(run) is None else ""))
     return EXIT_FAILED if verdict == "FAIL" else EXIT_OK
 
 

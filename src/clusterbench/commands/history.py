@@ -21,18 +21,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterbench import args as argtypes
-from clusterbench.command import ToolCommand
+from clusterbench import argtypes
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError
 from clusterbench.publish import add_store_argument
-from clusterbench.store import where as store_where
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.store.where import resolve
 
 if TYPE_CHECKING:  # SQLAlchemy and the analysis load only when a question is asked
     from sqlalchemy import Connection
 
     from clusterbench.analyse.history import Judgement, Regression
     from clusterbench.analyse.rules import Rule
-    from clusterbench.store.history import Point, Summary
+    from clusterbench.store.queries import Point, Summary
 
 DEFAULT_SINCE = "30d"
 DEFAULT_LAST = 20  # runs --runs lists: a screenful
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", type=Path, metavar="YAML",
                    help="what a regression is (default: the shipped regression_rules.yaml)")
     p.add_argument("--window", type=argtypes.whole(1, 1000), default=5,
-                   help="runs before the latest that a node's own recent median is taken over (default 5)")
+                   help="runs before the latest that a node's own recent median is taken over (default %(default)d)")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="write the trends page there")
     p.add_argument("--overwrite", action="store_true", help="replace the --report file when it exists")
 
@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     _check_combination(args)
     report = args.report  # checked with every output before the command began (results/outputs.py)
     rules = _rules(args.rules) if args.regressions or report else None
-    where = store_where.resolve(args.store)
+    where = resolve(args.store)
     if where is None:
         raise UsageError("--store off: there is no store to read")
     since_s = time.time() - (args.since or argtypes.age(DEFAULT_SINCE))
@@ -108,9 +108,9 @@ def _rules(path: Path | None) -> list[Rule]:
 
 
 def _metrics(conn: Connection, patterns: list[str] | None, default: tuple[str, ...]) -> list[str]:
-    from clusterbench.store import history
+    from clusterbench.store import queries
 
-    known = history.metrics(conn)
+    known = queries.metrics(conn)
     wanted = patterns or list(default)
     chosen = [m for m in known if any(fnmatch.fnmatchcase(m, p) for p in wanted)]
     if patterns and not chosen:
@@ -122,16 +122,16 @@ def _metrics(conn: Connection, patterns: list[str] | None, default: tuple[str, .
 
 def _answer(conn: Connection, args: argparse.Namespace, since_s: float, period: str, rules: list[Rule] | None,
             report: Path | None, shown: str) -> int:
-    from clusterbench.store import history
+    from clusterbench.store import queries
 
     if args.klass is not None:
         _known_class(conn, args.klass)
     if args.runs:
         return _runs(conn, args, since_s, period)
     if not (args.metric or args.regressions or report):
-        return _summary(history.summary(conn), shown)
+        return _summary(queries.summary(conn), shown)
     if args.node:
-        points = history.points(conn, _metrics(conn, args.metric, ()), since_s, args.node, args.klass)
+        points = queries.points(conn, _metrics(conn, args.metric, ()), since_s, args.node, args.klass)
         if not points:
             raise UsageError(f"--node {args.node}: no figure of {', '.join(args.metric)} {period}")
         print(f"# {args.node}, {period}")
@@ -156,12 +156,12 @@ def _answer(conn: Connection, args: argparse.Namespace, since_s: float, period: 
 def _judge(conn: Connection, args: argparse.Namespace, since_s: float, period: str, rules: list[Rule]) -> Judgement:
     """Each node's latest figures judged by the rules; with --regressions, nothing judged is refused (the trends
     page still draws the fleet)."""
-    from clusterbench.analyse import history as analysis
-    from clusterbench.store import history
+    from clusterbench.analyse import history
+    from clusterbench.store import queries
 
     names = _metrics(conn, args.metric, TREND_METRICS)
-    points = history.latest(conn, names, args.window + 1, since_s, args.klass)
-    judgement = analysis.regressions(points, rules, args.window)
+    points = queries.latest(conn, names, args.window + 1, since_s, args.klass)
+    judgement = history.regressions(points, rules, args.window)
     if args.regressions:
         _judged_something(judgement, points, names, args, period)
     return judgement
@@ -172,9 +172,9 @@ def _of_class(args: argparse.Namespace) -> str:
 
 
 def _known_class(conn: Connection, klass: str) -> None:
-    from clusterbench.store import history
+    from clusterbench.store import queries
 
-    known = [k for k in history.classes(conn) if k != "?"]
+    known = [k for k in queries.classes(conn) if k != "?"]
     if klass not in known:
         raise UsageError(f"--class {klass!r}: the store knows {', '.join(map(repr, known)) or 'no class'}")
 
@@ -198,10 +198,10 @@ def _judged_something(judgement: Judgement, points: list[Point], names: list[str
 
 
 def _by_date(conn: Connection, args: argparse.Namespace, since_s: float, period: str) -> int:
-    from clusterbench.analyse import history as analysis
-    from clusterbench.store import history
+    from clusterbench.analyse import history
+    from clusterbench.store import queries
 
-    answered = {metric: analysis.by_date(history.daily(conn, metric, since_s, args.klass))
+    answered = {metric: history.by_date(queries.daily(conn, metric, since_s, args.klass))
                 for metric in _metrics(conn, args.metric, ())}
     if not any(answered.values()):
         raise UsageError(f"--metric {', '.join(args.metric)}: no figures{_of_class(args)} {period}")
@@ -217,12 +217,12 @@ def _by_date(conn: Connection, args: argparse.Namespace, since_s: float, period:
 def _runs(conn: Connection, args: argparse.Namespace, since_s: float, period: str) -> int:
     """The runs recorded, latest first. A list judges nothing: an empty one is said, and is no error, unless
     it is empty because --node names a node the store has never heard of (a typo)."""
-    from clusterbench.store import history
+    from clusterbench.store import queries
 
-    rows = history.run_list(conn, since_s, args.last or DEFAULT_LAST, args.node, args.klass)
+    rows = queries.run_list(conn, since_s, args.last or DEFAULT_LAST, args.node, args.klass)
     of = (f" of node {args.node}" if args.node else "") + _of_class(args)
     if not rows:
-        if args.node and not history.knows_node(conn, args.node):
+        if args.node and not queries.knows_node(conn, args.node):
             raise UsageError(f"--node {args.node}: the store knows no such node")
         print(f"# no runs recorded{of} {period}")
         return EXIT_OK
@@ -247,20 +247,20 @@ def _summary(s: Summary, shown: str) -> int:
 
 def _report(conn: Connection, args: argparse.Namespace, since_s: float, period: str, found: list[Regression],
             report: Path, shown: str) -> int:
-    from clusterbench.analyse import history as analysis
+    from clusterbench.analyse import history
     from clusterbench.report import trends
     from clusterbench.results.documents import write_text
-    from clusterbench.store import history
+    from clusterbench.store import queries
 
     plots, spreads = {}, {}
     names = _metrics(conn, args.metric, TREND_METRICS)
     for metric in names:
-        spreads[metric] = analysis.by_date(history.daily(conn, metric, since_s, args.klass))
+        spreads[metric] = history.by_date(queries.daily(conn, metric, since_s, args.klass))
     if not any(spreads.values()):  # a page of empty plots would look like a quiet fleet
         raise UsageError(f"--report {report}: nothing to draw: no figures of "
                          f"{', '.join(names or args.metric or TREND_METRICS)}{_of_class(args)} {period}")
     for metric in names:
-        nodes = {r.node: history.points(conn, [metric], since_s, r.node, args.klass)
+        nodes = {r.node: queries.points(conn, [metric], since_s, r.node, args.klass)
                  for r in found if r.metric == metric}
         plots[metric] = trends.trend_plot(metric, spreads[metric], nodes)
     path = write_text(report, trends.page(shown, period, plots, spreads, found), "--report")

@@ -6,11 +6,11 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from clusterbench import args as argtypes
-from clusterbench.command import LocalCommand
+from clusterbench import argtypes
 from clusterbench.hw.render import render
 from clusterbench.results import codec
 from clusterbench.results.folder import RunFolder
+from clusterbench.runtime.command import LocalCommand
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from clusterbench import args as argtypes
-from clusterbench.command import LocalCommand
+from clusterbench import argtypes
 from clusterbench.hw.render import PEAK_HEADER, peak_lines
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.hardware import Peaks
-from clusterbench.stages import peaks as stage
+from clusterbench.runtime.command import LocalCommand
+from clusterbench.stages.peaks import stage
+from clusterbench.stages.peaks.records import Peaks
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class PeakCommandOptions:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    stage.add_arguments(p)
+    stage.PEAKS_STAGE.add_arguments(p)
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: every GPU, else the CPU)")
 
 
@@ -52,8 +52,8 @@ def prepare(args: argparse.Namespace) -> PeakCommandOptions:
 def work(folder: RunFolder, opts: PeakCommandOptions) -> None:
     import torch
 
-    from clusterbench.devices import device_name
     from clusterbench.hw import peaks
+    from clusterbench.runtime.devices import device_name
 
     print(f"# clusterbench peak: torch.mm n x n, {opts.peak.seconds:g} s per figure")
     print(PEAK_HEADER, flush=True)

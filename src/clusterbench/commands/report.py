@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 
 from clusterbench.analyse.verdicts import conclusive, overall
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_OK
-from clusterbench.registry import render_report, shown_verdicts
-from clusterbench.results.folder import load_run
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.stages.registry import load_run, render_report, shown_verdicts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,13 +1,13 @@
 """`clusterbench run`: every stage of the registry in order (the hardware picture, peaks, comm
 sweep, numerics canary, SFT with alignment), then verdicts by rules and the report.
 
-Each stage is one entry of clusterbench.registry: its typed options, resolved once before any
+Each stage is one entry of clusterbench.stages.registry: its typed options, resolved once before any
 rank starts, the same per-rank work its own command runs. A stage's options are reachable as
 --STAGE.OPTION (--comm.ops all_reduce, --train.preset llama-1b) or, for a stage that is also a
 command, in one string (--comm-args "--ops all_reduce"), parsed by that command's own parser.
 run's per-hardware defaults are typed values laid under what the user typed, never words added
-to it. After the ranks, the run is judged by rules (the shipped default_rules.yaml, or --rules
-FILE) and rendered into report.html.
+to it. After the ranks, the run is judged by rules (the shipped ones, registry.default_rules, or
+--rules FILE) and rendered into report.html.
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
-from clusterbench import registry
-from clusterbench.analyse import expected as expected_figures
-from clusterbench.analyse.rules import Rule, default_rules, load_rules
+from clusterbench import argtypes
+from clusterbench.analyse.expected import System, attach, tables
+from clusterbench.analyse.rules import Rule, load_rules
 from clusterbench.analyse.verdicts import judge, overall
-from clusterbench.command import RankCommand
 from clusterbench.errors import UsageError
-from clusterbench.results.schema import Expected, Run
+from clusterbench.results.run import Expected, Run
+from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
+from clusterbench.stages import registry
+from clusterbench.stages.peaks.stage import RUN_SECONDS
 from clusterbench.stages.stage import Context, NotRun, Stage
 from clusterbench.units import BITS_PER_BYTE
 
@@ -47,7 +48,7 @@ class RunPlan:
     stages: tuple[tuple[Stage, Any], ...]  # each stage that runs, with its resolved plan
     rules: tuple[Rule, ...]
     expected: dict[str, Expected] = field(default_factory=dict)  # given on the command line
-    tables: tuple[list[expected_figures.System], ...] = ()  # matched against the run's facts at the end
+    tables: tuple[list[System], ...] = ()  # matched against the run's facts at the end
     notes: tuple[str, ...] = ()  # why a stage left itself out
 
 
@@ -63,9 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="FAIL when all_reduce busbw (GB/s) at the largest sizes is below 0.9 x this")
     add_expected_argument(p)
     p.add_argument("--peak-seconds", dest="peaks.seconds", type=argtypes.real(0.0), metavar="SECONDS",
-                   help="seconds per measured peak (default 0.5; the same as --peaks.seconds)")
+                   help=f"seconds per measured peak (default {RUN_SECONDS:g}; the same as --peaks.seconds)")
     p.add_argument("--rules", type=Path, metavar="YAML",
-                   help="the rules that give the verdicts (default: the shipped default_rules.yaml)")
+                   help="the rules that give the verdicts "
+                        "(default: the shipped default_rules.yaml and each stage's rules.yaml)")
     for stage in registry.STAGES:
         if not fields(stage.options):
             continue
@@ -132,7 +134,7 @@ class _Resolver:
         typed = typed_options(stage, self.args)
         options = replace(stage.options(), **{**stage.run_defaults(self.shape, self.opts.quick), **typed})
         try:
-            return stage.resolve(options, Context(self.shape, frozenset(typed), self.plan_of))
+            return stage.resolve(options, Context(self.shape, frozenset(typed), self.plan_of, registry.load_run))
         except NotRun as e:
             if e.reason:
                 self.notes.append(e.reason)
@@ -141,7 +143,7 @@ class _Resolver:
 
 def prepare(args: argparse.Namespace, shape: JobShape) -> RunPlan:
     opts = RunOptions(**argtypes.given(args, RunOptions))
-    rules = load_rules(opts.rules) if opts.rules else default_rules()
+    rules = load_rules(opts.rules) if opts.rules else registry.default_rules()
     changes = [r.name for r in rules if r.function == "change"]
     if changes:
         raise UsageError(f"--rules {opts.rules}: rule {changes[0]!r} uses function change, which needs a baseline: "
@@ -151,8 +153,8 @@ def prepare(args: argparse.Namespace, shape: JobShape) -> RunPlan:
     # --expect-busbw is in GB/s; run.json keeps busbw in Gbps.
     expected = {EXPECTED_BUSBW_METRIC: Expected(opts.expect_busbw * BITS_PER_BYTE, "given", "this cluster",
                                                 "--expect-busbw")} if opts.expect_busbw else {}
-    tables = tuple(expected_figures.tables(list(opts.expected or ())))  # a bad file fails before any rank starts
-    return RunPlan(tuple((s, p) for s, p in stages if p is not None), tuple(rules), expected, tables,
+    teams = tuple(tables(list(opts.expected or ())))  # a bad file fails before any rank starts
+    return RunPlan(tuple((s, p) for s, p in stages if p is not None), tuple(rules), expected, teams,
                    tuple(resolver.notes))
 
 
@@ -170,7 +172,7 @@ def conclude(run: Run, plan: RunPlan, run_dir: Path) -> int:
     for stage, stage_plan in plan.stages:
         stage.conclude(run, stage_plan)
     metrics = registry.metrics_of(run)
-    expected_figures.attach(run, metrics, list(plan.tables), plan.expected)
+    attach(run, metrics, list(plan.tables), plan.expected)
     run.verdicts = judge(metrics, run.expected, list(plan.rules))
     run.verdict = overall(run.verdicts)
     report = registry.render_report(run_dir, run)

@@ -10,22 +10,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from clusterbench import args as argtypes
+from clusterbench import argtypes
 from clusterbench.analyse import expected
-from clusterbench.analyse.rules import default_rules
 from clusterbench.analyse.verdicts import judge
-from clusterbench.command import RankCommand
 from clusterbench.errors import EXIT_OK, RunFailed, UsageError
-from clusterbench.registry import STAGES, metrics_of, render_report
-from clusterbench.results.schema import Run
+from clusterbench.results.run import Run
+from clusterbench.runtime.command import RankCommand
 from clusterbench.shape import JobShape
+from clusterbench.stages.registry import STAGES, default_rules, load_run, metrics_of, render_report
 from clusterbench.stages.stage import Context, NotRun, Stage
 
 
 def prepare(stage: Stage, args: argparse.Namespace, shape: JobShape) -> Any:
     given = argtypes.given(args, stage.options)
     try:
-        return stage.resolve(stage.options(**given), Context(shape, frozenset(given)))
+        return stage.resolve(stage.options(**given), Context(shape, frozenset(given), load_run=load_run))
     except NotRun as e:
         raise UsageError(e.reason or f"the {stage.name} stage has nothing to run here") from None
 
@@ -38,7 +37,7 @@ def conclude(stage: Stage, run: Run, plan: Any, run_dir: Path) -> int:
         print(line, flush=True)
     rules = [r for r in default_rules() if r.name in stage.checks]
     if len(rules) != len(stage.checks):  # a renamed default rule must not let failures pass
-        raise LookupError(f"default_rules.yaml lacks one of the checks {stage.checks}")
+        raise LookupError(f"the default rules lack one of the checks {stage.checks}")
     if stage.writes_report:
         print(f"# report: {render_report(run_dir, run)}", flush=True)
     for v in judge(metrics, run.expected, rules):

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterbench.command import ToolCommand
 from clusterbench.errors import EXIT_FAILED, EXIT_OK, UsageError, one_line
 from clusterbench.inputs.printable import printable
 from clusterbench.publish import add_store_argument
-from clusterbench.store import where as store_where
+from clusterbench.runtime.command import ToolCommand
+from clusterbench.store.where import Where, resolve
 
 if TYPE_CHECKING:  # SQLAlchemy: loaded only when the store is opened
     from clusterbench.store.db import Store
@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_store_argument(upgrade, "upgrade")
 
 
-def _where(args: argparse.Namespace) -> store_where.Where:
-    where = store_where.resolve(args.store)
+def _where(args: argparse.Namespace) -> Where:
+    where = resolve(args.store)
     if where is None:
         raise UsageError("--store off: there is no store to use")
     return where
@@ -59,8 +59,8 @@ BATCH = 200
 
 
 def _import(store: Store, runs: list[Path]) -> int:
-    from clusterbench.recording import record_of  # every stage's metrics
-    from clusterbench.results.folder import load_run
+    from clusterbench.publish.recording import record_of  # every stage's metrics
+    from clusterbench.stages.registry import load_run
     from clusterbench.store.fit import refusal
 
     recorded = present = 0
@@ -117,7 +117,7 @@ class _Progress:
             print()
 
 
-def _upgrade(where: store_where.Where) -> int:
+def _upgrade(where: Where) -> int:
     from clusterbench.store import schema
     from clusterbench.store.db import open_store
 
@@ -134,10 +134,10 @@ def _upgrade(where: store_where.Where) -> int:
 
 
 def _info(store: Store) -> int:
-    from clusterbench.store import history, schema
+    from clusterbench.store import queries, schema
 
     with store.reading() as conn:
-        s = history.summary(conn)
+        s = queries.summary(conn)
         version = schema.version(conn)
     print(f"store:    {store.where.shown}")
     print(f"schema:   version {version}")

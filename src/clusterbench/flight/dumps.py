@@ -38,12 +38,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.flight import unpickle
 from clusterbench.flight.entries import Bad, Entry, named, read, refused
 from clusterbench.inputs import documents, files
-from clusterbench.launchers import MAX_WORLD_SIZE
+from clusterbench.runtime.launchers import MAX_WORLD_SIZE
 
 # torch's dump of its default 2,000 entries, each with a 30-frame stack, is 1.4 MiB (measured, torch 2.13);
 # 20,000 entries 14 MiB. Past this a file is not a dump, and JSON of this size builds at most ~0.7 GiB.
@@ -57,7 +57,7 @@ MAX_ENTRIES = 100_000
 # (flight/record.py); 180 ranks of torch's default dumps with stacks (1.4 MiB each), 1,300 without.
 MAX_FOLDER_ENTRIES = 1_000_000
 MAX_FOLDER_BYTES = 256 * files.MIB
-MAX_RANKS = MAX_WORLD_SIZE  # the largest job clusterbench runs or reads (launchers.py)
+MAX_RANKS = MAX_WORLD_SIZE  # the largest job clusterbench runs or reads (runtime/launchers.py)
 _MAX_DIGITS = 18  # a rank written with more is past any bound, and past what a 64-bit id holds
 UNREAD = frozenset({"frames"})  # each entry's stack: most of a dump's bytes, and nothing the analysis reads
 ENTRIES = frozenset({"entries"})  # read field by field as they are (entries.read), never copied or walked whole

@@ -10,9 +10,9 @@ import platform
 from collections import Counter
 from pathlib import Path
 
-from clusterbench.hw import nvml as nvml_api
 from clusterbench.hw.host import read
-from clusterbench.results.hardware import Hardware
+from clusterbench.hw.nvml import call, handle_of, session
+from clusterbench.stages.hardware.records import Hardware
 
 # NVML's answers per GPU, each read as on or off where the call gives a (current, pending) pair.
 _GPU_MODES = {"ecc": "nvmlDeviceGetEccMode", "mig": "nvmlDeviceGetMigMode",
@@ -63,11 +63,11 @@ def _firmware(device: str) -> str | None:
 def _gpu_modes(info: Hardware) -> dict[str, str | None]:
     if not info.gpus:
         return {}
-    with nvml_api.session() as (nvml, _):
+    with session() as (nvml, _):
         if nvml is None:
             return {}
-        handles = [nvml_api.handle_of(nvml, g.uuid or "") for g in info.gpus]
-        modes = {name: _one(_on_off(nvml_api.call(nvml, call, h)) for h in handles)
+        handles = [handle_of(nvml, g.uuid or "") for g in info.gpus]
+        modes = {name: _one(_on_off(call(nvml, call, h)) for h in handles)
                  for name, call in _GPU_MODES.items()}
         clocks = _one(_clocks(nvml, h) for h in handles)
     return {**modes, "application clocks": clocks}
@@ -79,6 +79,6 @@ def _on_off(answer: object) -> str | None:
 
 
 def _clocks(nvml: object, handle: object) -> str | None:
-    sm = nvml_api.call(nvml, "nvmlDeviceGetApplicationsClock", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
-    mem = nvml_api.call(nvml, "nvmlDeviceGetApplicationsClock", handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
+    sm = call(nvml, "nvmlDeviceGetApplicationsClock", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
+    mem = call(nvml, "nvmlDeviceGetApplicationsClock", handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
     return f"SM {sm} MHz, memory {mem} MHz" if sm and mem else None

@@ -10,7 +10,7 @@ from clusterbench import limits
 from clusterbench.hw import peaks
 from clusterbench.hw.host import numa_of_pci
 from clusterbench.hw.nvml import bus_key, call, text, uuid_key
-from clusterbench.results.hardware import Gpu, NvLink, PcieLink
+from clusterbench.stages.hardware.records import Gpu, NvLink, PcieLink
 
 # NVML C enum values (a stable ABI), kept literal so a fake NVML needs no constants.
 # nvmlDeviceGetNvLinkVersion answers nvmlNvlinkVersion_t, not the generation: an A100

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clusterbench.results.hardware import Cpu, NumaNode
+from clusterbench.stages.hardware.records import Cpu, NumaNode
 
 
 def read(path: Path) -> str | None:

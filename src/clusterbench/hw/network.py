@@ -7,10 +7,10 @@ import socket
 from pathlib import Path
 
 from clusterbench import limits
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.hw.host import numa_of, read, read_int
-from clusterbench.results.hardware import Nic, RdmaPort
+from clusterbench.stages.hardware.records import Nic, RdmaPort
 
 _ARPHRD_INFINIBAND = "32"
 _LISTED = 8  # interfaces an error names: a host of containers has hundreds

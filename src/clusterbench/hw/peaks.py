@@ -20,7 +20,7 @@ import torch
 from clusterbench import limits
 from clusterbench.errors import UsageError, is_out_of_memory
 from clusterbench.hw.host import meminfo_bytes
-from clusterbench.results.hardware import CopyPeak, DevicePeaks, MatmulPeak
+from clusterbench.stages.peaks.records import CopyPeak, DevicePeaks, MatmulPeak
 from clusterbench.units import human_bytes
 
 _DTYPES = {

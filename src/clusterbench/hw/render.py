@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusterbench.results.hardware import DevicePeaks, Gpu, Hardware
+from clusterbench.stages.hardware.records import Gpu, Hardware
+from clusterbench.stages.peaks.records import DevicePeaks
 from clusterbench.units import gib
 
 PEAK_HEADER = f"  {'device':<10} {'name':<28} {'dtype':<9} {'n':>6} {'TFLOP/s':>10} {'table':>8}"

@@ -12,7 +12,7 @@ import socket
 from dataclasses import replace
 
 from clusterbench.hw import gpus, host, network, nvml
-from clusterbench.results.hardware import Hardware, PcieLink
+from clusterbench.stages.hardware.records import Hardware, PcieLink
 
 PCIE_LOAD_SECONDS = 0.5
 

@@ -17,9 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterbench import hostlist
 from clusterbench.errors import UsageError
-from clusterbench.inputs import files
+from clusterbench.inputs import files, hostlist
 
 MAX_NODES = hostlist.MAX_HOSTS  # as many as Slurm's host lists read: more is a typo in a host range, not a cluster
 _SLURM_KEY = re.compile(r"(\w+)=(\S+)")

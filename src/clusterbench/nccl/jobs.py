@@ -16,7 +16,7 @@ from pathlib import Path
 from clusterbench.errors import UsageError
 from clusterbench.inputs import files
 from clusterbench.nccl.log import Source, read_files
-from clusterbench.results.nccl import NcclFacts
+from clusterbench.nccl.records import NcclFacts
 
 LOGS = "*.log"  # NCCL_DEBUG_FILE=dir/nccl.%h.%p.log, as the harness names them
 

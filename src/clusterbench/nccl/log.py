@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.inputs import files
+from clusterbench.nccl.records import NcclAlgo, NcclFacts, NcclRank
 from clusterbench.nccl.state import AlgoKey, LogState, facts
-from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclRank
 
 # NCCL formats each line in a 1024-byte buffer (src/debug.cc); launchers' tags and timestamps add a
 # few dozen characters. A longer line is not NCCL's, and is cut to this.

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from clusterbench.results.nccl import NcclAlgo, NcclFacts, NcclHost, NcclNet, NcclPeer, NcclRank, NcclRing
+from clusterbench.nccl.records import NcclAlgo, NcclFacts, NcclHost, NcclNet, NcclPeer, NcclRank, NcclRing
 
 PeerKey = tuple[int, int | None, str, str, str | None]  # src, dst, transport, via, side
 AlgoKey = tuple[str | None, int, str, str, int | None, int | None]  # op, bytes, algorithm, protocol, lo, hi

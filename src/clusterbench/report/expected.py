@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics, bandwidth_unit
 from clusterbench.report.blocks import esc, note, num, pct, section, sentence, table
-from clusterbench.results.schema import CommOptions, Expected, Run
+from clusterbench.results.run import Expected, Run
+from clusterbench.stages.comm.records import COMM_OPTIONS, CommOptions
 from clusterbench.units import BANDWIDTH_UNITS
 
 
@@ -41,7 +42,7 @@ def _link_share(name: str, metrics: Metrics) -> str:
 
 
 def expected_section(run: Run, metrics: Metrics) -> str:
-    unit = (run.comm_options or CommOptions()).unit
+    unit = (COMM_OPTIONS.of(run) or CommOptions()).unit
     rows = []
     for name, e in sorted(run.expected.items()):
         value = metrics.values.get(name)

@@ -2,7 +2,7 @@
 
 Self-contained means it opens offline from anywhere: one inline CSS block, plots as
 inline SVG (see report.plots for why), system fonts, no script and no URL to fetch. The
-sections come from the stages (clusterbench.registry walks them), each present only when
+sections come from the stages (clusterbench.stages.registry walks them), each present only when
 run.json holds its data, so the same page serves `comm`, `info`, `train` and `run` folders;
 the navigation lists the sections the page holds, in order.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from clusterbench.analyse.verdicts import overall
 from clusterbench.report.blocks import Part, badge, esc, section
 from clusterbench.report.style import CSS
-from clusterbench.results.schema import Run, Verdict
+from clusterbench.results.run import Run, Verdict
 from clusterbench.units import ranks_text
 
 REPORT_NAME = "report.html"

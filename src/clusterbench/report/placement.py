@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clusterbench.analyse.metrics import Metrics
 from clusterbench.report.blocks import esc, note, section, sentence, table
-from clusterbench.results.schema import Placement, Run
+from clusterbench.results.run import Placement, Run
 
 
 def placement_section(run: Run, metrics: Metrics) -> str:

@@ -12,7 +12,7 @@ from clusterbench.analyse.history import Regression, Spread
 from clusterbench.report.blocks import details, esc, note, num, section, table
 from clusterbench.report.html import document
 from clusterbench.report.plots import PAIR_SIZE, inline_svg, styled
-from clusterbench.store.history import Point
+from clusterbench.store.queries import Point
 
 MAX_NODE_LINES = 8  # regressed nodes drawn over one metric's band; more would hide it
 LONG_TABLE = 14  # days of a metric's table shown open; more are one click away

@@ -58,11 +58,6 @@ class SchemaError(ValueError):
         self.where = where
 
 
-# Field metadata: a table whose rows live in a CSV beside the document, not in it (read, where an older
-# document still holds them).
-IN_CSV = {"in_csv": True}
-
-
 _PLAIN = frozenset((str, int, bool, type(None)))  # JSON's own values, written as they are
 
 
@@ -98,10 +93,10 @@ def dump(value: Any) -> Any:
 
 @functools.cache
 def _dumped_fields(kind: type) -> tuple[str, ...] | None:
-    """A record type's fields as run.json holds them (not those kept in a CSV); None for any other type."""
+    """A record type's fields as run.json holds them; None for any other type."""
     if not dataclasses.is_dataclass(kind):
         return None
-    return tuple(f.name for f in dataclasses.fields(kind) if not f.metadata.get("in_csv"))
+    return tuple(f.name for f in dataclasses.fields(kind))
 
 
 def load(tp: Any, value: Any, where: str = "") -> Any:

@@ -21,20 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError
-from clusterbench.inputs import documents as inputs
+from clusterbench.inputs.documents import read_json, version
 from clusterbench.results import codec
-from clusterbench.results.fleet import Band
-from clusterbench.results.schema import (
-    RUN_KIND,
-    SCHEMA_VERSION,
-    Run,
-    upgrade_v1,
-    upgrade_v2,
-    upgrade_v3,
-    upgrade_v4,
-    upgrade_v5,
-    upgrade_v6,
-)
+from clusterbench.results.run import RUN_KIND, SCHEMA_VERSION, Run
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -75,6 +64,18 @@ class MetricStats:
 
 
 @dataclass(frozen=True)
+class Band:
+    """What a metric's healthy nodes of one class measure: learned from the fleet, or from a baseline."""
+
+    klass: str
+    metric: str
+    median: float
+    spread: float = field(metadata=codec.NONNEGATIVE)  # robust: 1.4826 x the median absolute deviation
+    nodes: int = field(metadata=codec.NONNEGATIVE)  # how many nodes it stands on (after the exclusions)
+    source: str = "this fleet"
+
+
+@dataclass(frozen=True)
 class Baseline:
     """Each metric's mean, min, max and count over several runs (docs/methodology.md §6)."""
 
@@ -90,64 +91,17 @@ class Baseline:
     source: str | None = None  # the store and the period it was built from
 
 
-@dataclass(frozen=True)
-class ReferenceModel:
-    preset: str
-    config_hash: str
-
-
-@dataclass(frozen=True)
-class ReferenceHardware:
-    device_type: str | None = None
-    devices: list[str] = field(default_factory=list)
-    torch: str | None = None
-
-
-@dataclass(frozen=True)
-class LossReference:
-    """A reference loss curve and the task that made it (docs/methodology.md §5)."""
-
-    task: str
-    model: ReferenceModel
-    global_batch: int = field(metadata=codec.AT_LEAST_ONE)
-    seq_len: int = field(metadata=codec.AT_LEAST_ONE)
-    packing: bool
-    steps: int = field(metadata=codec.AT_LEAST_ONE)
-    seed: int
-    dtype: str
-    lr: float = field(metadata=codec.NONNEGATIVE)
-    lr_warmup_steps: int = field(metadata=codec.NONNEGATIVE)
-    micro_batch: int = field(metadata=codec.AT_LEAST_ONE)
-    parallel: str
-    world_size: int = field(metadata=codec.AT_LEAST_ONE)
-    hardware: ReferenceHardware
-    clusterbench_version: str
-    command: list[str]
-    repeats: int = field(metadata=codec.AT_LEAST_ONE)
-    max_relative_deviation: float = field(metadata=codec.NONNEGATIVE)
-    noise_band: float = field(metadata=codec.NONNEGATIVE)
-    variance_limit: float = field(metadata=codec.NONNEGATIVE)
-    mre_limit: float = field(metadata=codec.NONNEGATIVE)
-    losses: list[float] = field(metadata=codec.POSITIVE)  # a cross-entropy the alignment divides by
-    kind: str = "clusterbench-loss-reference"
-    schema_version: int = 1
-
-
+# Its record and upgrades are the core's and each section's (results/run.py), read by RunFolder.load.
 RUN = DocumentKind(RUN_KIND, "run.json", SCHEMA_VERSION, Run,
-           upgrades={1: upgrade_v1, 2: upgrade_v2, 3: upgrade_v3, 4: upgrade_v4, 5: upgrade_v5, 6: upgrade_v6},
-           legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
-           hint="run the command again with this clusterbench")
+                   legacy=lambda doc: doc.get("schema_version") if doc.get("tool") == "clusterbench" else None,
+                   hint="run the command again with this clusterbench")
 BASELINE = DocumentKind("clusterbench-baseline", "baseline", 1, Baseline, hint="make one with clusterbench baseline")
-REFERENCE = DocumentKind("clusterbench-loss-reference", "loss reference", 1, LossReference,
-                 # Written by 0.1 with "format" in place of "schema_version".
-                 legacy=lambda doc: doc.get("format") if doc.get("kind") == "clusterbench-loss-reference" else None,
-                 hint="make one with clusterbench train --save-reference")
 
 
-def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
-    """The document at `path` as `kind`'s record, upgraded to the current version."""
+def versioned(path: Path, kind: DocumentKind, label: str | None = None) -> tuple[dict[str, Any], int]:
+    """The document at `path` as JSON values, proved of `kind` and of a version this clusterbench reads."""
     label = label or str(path)
-    doc = inputs.read_json(Path(path), label)
+    doc = read_json(Path(path), label)
     if not isinstance(doc, dict):
         raise UsageError(f"{label}: not a clusterbench {kind.label} ({kind.hint})")
     marked = doc.get("kind")
@@ -158,13 +112,19 @@ def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
     if found is None:
         what = f"a {marked}, " if isinstance(marked, str) and marked.startswith("clusterbench-") else ""
         raise UsageError(f"{label}: {what}not a clusterbench {kind.label} ({kind.hint})")
-    version = inputs.version(found, label, kind.version, kind.label)
+    return doc, version(found, label, kind.version, kind.label)
+
+
+def read(path: Path, kind: DocumentKind, label: str | None = None) -> Any:
+    """The document at `path` as `kind`'s record, upgraded to the current version."""
+    label = label or str(path)
+    doc, at = versioned(path, kind, label)
     try:
-        while version < kind.version:
-            if version not in kind.upgrades:
-                raise UsageError(f"{label} has schema version {version}, too old for this clusterbench: {kind.hint}")
-            doc = kind.upgrades[version](doc)
-            version += 1
+        while at < kind.version:
+            if at not in kind.upgrades:
+                raise UsageError(f"{label} has schema version {at}, too old for this clusterbench: {kind.hint}")
+            doc = kind.upgrades[at](doc)
+            at += 1
         return codec.load(kind.record, doc)
     except codec.SchemaError as e:
         raise UsageError(f"{label}: field {e}") from None
@@ -176,7 +136,11 @@ INDENTED_UP_TO = 1024**2
 
 
 def to_text(record: Any) -> str:
-    doc = codec.dump(record)
+    return text_of(codec.dump(record))
+
+
+def text_of(doc: Any) -> str:
+    """JSON values as a document's text: strict JSON, indented where it is small enough to read."""
     text = json.dumps(doc, allow_nan=False)
     return (json.dumps(doc, indent=1, allow_nan=False) if len(text) <= INDENTED_UP_TO else text) + "\n"
 

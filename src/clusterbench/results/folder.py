@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import time
-import typing
 import uuid
 from dataclasses import fields
 from pathlib import Path
@@ -25,20 +24,11 @@ from typing import Any
 
 from clusterbench.errors import RunFailed, UsageError, one_line
 from clusterbench.results import codec, documents, table_csv
-from clusterbench.results.burnin import TABLE as BURNIN
-from clusterbench.results.schema import Env, Run
-from clusterbench.results.telemetry import TABLE as TELEMETRY
+from clusterbench.results.run import CORE, Env, Run, Section, Sections, from_doc, to_doc, upgraded
 from clusterbench.secrets import masked_argv
 
-TABLES = ("comm", "train_steps")  # list sections of run.json that also get a <name>.csv
-# Tables too long for run.json, kept in <name>.csv alone: the pairs (a fleet of thousands of nodes measures
-# millions), with run.json's count of them at its last save, read back with the folder; telemetry's samples.
-IN_CSV = {"pairs": "pair_rows"}
 # Every pair of 2,048 nodes (--pairs all) is 4.2 million rows, about 340 MB of pairs.csv: read, but not past this.
 IN_CSV_LIMIT = 1024**3
-CSV_ONLY = (*IN_CSV, TELEMETRY)
-# Stages' own tables: rows of a section of Run.extra, appended to <name>.csv as they arrive (append_csv).
-OWN_TABLES = (BURNIN,)
 NCCL_LOGS = "nccl"  # the subfolder of per-rank NCCL logs (NCCL runs)
 FLIGHT_DUMPS = "flight"  # the subfolder of per-rank Flight Recorder dumps (a run whose ranks hung or timed out)
 RANK_FOLDERS = (NCCL_LOGS, FLIGHT_DUMPS)
@@ -48,79 +38,142 @@ RANK_FOLDERS = (NCCL_LOGS, FLIGHT_DUMPS)
 SAVES_APART = 50
 
 
-def result_files(path: Path) -> list[Path]:
-    """Every file a run may leave in its folder, beside the NCCL logs."""
-    return [path / "run.json", *(path / f"{t}.csv" for t in TABLES + CSV_ONLY + OWN_TABLES), path / "report.html"]
-
-
 def default_run_dir(command: str) -> Path:
     return Path("runs") / f"{documents.utc_stamp()}-{command}"
 
 
-def claim(path: Path, overwrite: bool) -> Path:
-    """Make `path` this run's folder before any work starts: writable, and holding no earlier run's
-    files unless `overwrite` (then they go, so none of them is mistaken for this one's)."""
-    if path.exists() and not path.is_dir():  # a run.json, a baseline: never replaced by a folder
-        raise UsageError(f"--out {path} is a file, not a folder: give the folder the run's files go to")
-    documents.check_writable(path, "the run folder")
-    found = [f for f in [*result_files(path), *(path / name for name in RANK_FOLDERS)] if _exists(f)]
-    if found and not overwrite:
-        what = ("a run (run.json)" if path / "run.json" in found
-                else f"a run's files ({', '.join(f.name for f in found)})")
-        raise UsageError(f"--out {path} already holds {what}: choose another folder, or add --overwrite to replace it")
-    for file in found:
-        _remove(file, path)
-    return path
-
-
-def _remove(file: Path, folder: Path) -> None:
-    """An earlier run's file, or its folder of NCCL logs or dumps; anything else in the way is the user's to move."""
-    try:
-        if file.name in RANK_FOLDERS and file.is_dir() and not file.is_symlink():
-            shutil.rmtree(file)
-        else:
-            file.unlink()
-    except OSError as e:
-        raise UsageError(f"--out {folder}: cannot remove the earlier {file.name} ({e.strerror or e})") from None
-
-
-def _exists(path: Path) -> bool:
-    """True for anything at `path`, a broken symbolic link included."""
-    return path.exists() or path.is_symlink()
+def _run_json(path: Path) -> Path:
+    """The run.json of a run folder given as the folder or as the file."""
+    return path / "run.json" if path.is_dir() and path.name != "run.json" else path  # a folder named run.json is no run
 
 
 class RunFolder:
-    """The run in memory, saved to its folder whenever it changes."""
+    """A run's folder, the one object every command and stage touches it through: the files a run leaves there
+    (files, claim, announce), the run read back and saved after its conclusion (load, save), and rank 0's record
+    of a run as it is measured (begin, record, append, extend, append_csv, write_csv, flush, finish).
 
-    def __init__(self, path: Path, command: str, argv: list[str]) -> None:
-        self.path = Path(path)  # claim() proved it writable before any rank started
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.run = Run(command=command, argv=masked_argv(argv), uid=uuid.uuid4().hex, started_utc=documents.utc_stamp(),
-                       env=Env(hostname=socket.gethostname()))
+    `sections` are the sections of run.json this clusterbench declares (stages/registry.py): how each is read and
+    checked, which are kept in CSVs beside run.json. Rank 0 writes every result as it arrives: a row to its
+    table's CSV in one write, run.json atomically (by a hot loop only every so often, see SAVES_APART).
+    """
+
+    def __init__(self, path: str | Path, sections: Sections) -> None:
+        self.path = Path(path)
+        self.sections = sections
+        self.run = Run()  # what begin() starts, or the run load() read
         self._saved_at = 0.0
         self.save_s = 0.0
         self._csv_rows: dict[str, int] = {}  # the rows of each table's CSV on disk
-        self.save()
 
     @property
     def json_path(self) -> Path:
         return self.path / "run.json"
 
-    def save(self) -> None:
-        started = time.monotonic()
-        for table, count in IN_CSV.items():
-            setattr(self.run, count, len(getattr(self.run, table)))
-        _write(self.json_path, documents.to_text(self.run))
-        self._saved_at = time.monotonic()
-        self.save_s = self._saved_at - started  # what a hot loop weighs its next save against
+    # --- the files of a run ---------------------------------------------------------------------------------
 
-    def record(self, min_interval_s: float = 0.0, **sections: Any) -> None:
-        """Set sections of run.json (each a typed record of the schema) and save: a hot loop passes
-        min_interval_s, so that run.json is rewritten at most that often, and saves once more at its end."""
-        for name, value in sections.items():
-            if not hasattr(self.run, name):
-                raise AttributeError(f"run.json has no section {name!r}")
-            setattr(self.run, name, value)
+    def files(self) -> list[Path]:
+        """Every file a run may leave in its folder, beside the NCCL logs and dumps."""
+        names = ["run.json"]
+        for section in self.sections.values():
+            names += [f"{section.name}.csv"] if section.in_csv else []
+            names += list(section.files)
+        return [self.path / name for name in dict.fromkeys([*names, "report.html"])]
+
+    def claim(self, overwrite: bool) -> RunFolder:
+        """Make the folder this run's before any work starts: writable, and holding no earlier run's files unless
+        `overwrite` (then they go, so none of them is mistaken for this one's)."""
+        path = self.path
+        if path.exists() and not path.is_dir():  # a run.json, a baseline: never replaced by a folder
+            raise UsageError(f"--out {path} is a file, not a folder: give the folder the run's files go to")
+        documents.check_writable(path, "the run folder")
+        found = [f for f in [*self.files(), *(path / name for name in RANK_FOLDERS)] if _exists(f)]
+        if found and not overwrite:
+            what = ("a run (run.json)" if path / "run.json" in found
+                    else f"a run's files ({', '.join(f.name for f in found)})")
+            raise UsageError(f"--out {path} already holds {what}: choose another folder, or add --overwrite to "
+                             "replace it")
+        for file in found:
+            _remove(file, path)
+        return self
+
+    def announce(self, stream: Any) -> None:
+        """The line that names the files a run left."""
+        print(f"# results: {', '.join(str(f) for f in self.files() if f.exists())}", file=stream, flush=True)
+
+    # --- a finished run, read and saved ---------------------------------------------------------------------
+
+    def load(self) -> Run:
+        """The run (the folder may be given as its run.json), checked field by field and upgraded to this version;
+        one that never finished, with the rows its CSVs hold beyond its last save (catch_up)."""
+        file = _run_json(self.path)
+        if not os.path.lexists(file):
+            raise UsageError(f"no run found at {self.path}: {file} does not exist")
+        doc, version = documents.versioned(file, documents.RUN)
+        try:
+            doc = upgraded(doc, version, self.sections)
+            loaded = from_doc(doc, self.sections)
+        except codec.SchemaError as e:
+            raise UsageError(f"{file}: field {e}") from None
+        counted = [s for s in self.sections.values() if s.counted_as is not None and s.name not in doc]
+        for section in counted:  # version 7 on: in their CSV alone
+            self._read_counted(loaded, file.parent, section, doc.get(section.counted_as, 0))
+        if loaded.status == "running":
+            catch_up(loaded, file.parent, [s for s in self.sections.values() if s.in_csv and s not in counted])
+        self.run = loaded
+        return loaded
+
+    def _read_counted(self, loaded: Run, folder: Path, section: Section[Any], count: int) -> None:
+        """A table kept in its CSV alone, as run.json counted it at its last save: the CSV may hold more (rows
+        that reached it after), never fewer."""
+        path = folder / f"{section.name}.csv"
+        if not os.path.lexists(path):
+            if count:
+                raise UsageError(f"{path} is missing, and run.json records {count} rows there: copy the run folder "
+                                 "whole")
+            return
+        try:
+            rows = table_csv.read_rows(path, section.row, IN_CSV_LIMIT)
+        except ValueError as e:
+            raise UsageError(f"the run's {path.name} cannot be read: {e}") from None
+        if len(rows) < count:
+            raise UsageError(f"{path} holds {len(rows)} rows, and run.json records {count}: the file was cut short")
+        section.set(loaded, rows)
+
+    def save(self, finished: Run | None = None) -> Path:
+        """run.json of `finished` (a run that was loaded, after its conclusion changed it), or of the run rank 0
+        records, atomically."""
+        started = time.monotonic()
+        target = finished if finished is not None else self.run
+        file = _run_json(self.path) if finished is not None else self.json_path
+        _write(file, documents.text_of(to_doc(target, self.sections)))
+        if finished is None:
+            self._saved_at = time.monotonic()
+            self.save_s = self._saved_at - started  # what a hot loop weighs its next save against
+        return file
+
+    # --- rank 0's record of a run as it is measured ---------------------------------------------------------
+
+    def begin(self, command: str, argv: list[str]) -> RunFolder:
+        """A new run in the folder (claim() proved it writable before any rank started), saved at once."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.run = Run(command=command, argv=masked_argv(argv), uid=uuid.uuid4().hex,
+                       started_utc=documents.utc_stamp(), env=Env(hostname=socket.gethostname()))
+        self.save()
+        return self
+
+    def _section(self, name: str) -> Section[Any]:
+        if name not in self.sections:
+            raise AttributeError(f"run.json has no section {name!r}")
+        return self.sections[name]
+
+    def record(self, min_interval_s: float = 0.0, **values: Any) -> None:
+        """Set parts of run.json (a field of its core, or a section as its declared record) and save: a hot loop
+        passes min_interval_s, so that run.json is rewritten at most that often, and saves once more at its end."""
+        for name, value in values.items():
+            if name in CORE:
+                setattr(self.run, name, value)
+            else:
+                self._section(name).set(self.run, value)
         if time.monotonic() - self._saved_at >= min_interval_s:
             self.save()
 
@@ -129,33 +182,26 @@ class RunFolder:
         """How far apart a hot loop's saves of run.json should lie: SAVES_APART times the last one's duration."""
         return SAVES_APART * self.save_s
 
-    def record_extra(self, name: str, record: Any, min_interval_s: float = 0.0) -> None:
-        """Set a section the schema does not name (a stage's own: docs/architecture.md) and save: a hot loop
-        passes min_interval_s, as to record(), and records its section once more at its end."""
-        self.run.extra[name] = codec.dump(record)
-        if time.monotonic() - self._saved_at >= min_interval_s:
-            self.save()
-
     def append(self, table: str, row: Any, min_interval_s: float = 0.0) -> None:
         """Add a row to a table of run.json and to <table>.csv.
 
-        The row is appended to <table>.csv at once (the whole file written where it is new). A
-        hot loop passes min_interval_s so that run.json, which grows with the run, is rewritten at
-        most once per interval; whoever does must call flush() when it ends, however it ends.
+        The row is appended to <table>.csv at once (the whole file written where it is new). A hot loop passes
+        min_interval_s so that run.json, which grows with the run, is rewritten at most once per interval;
+        whoever does must call flush() when it ends, however it ends.
         """
         self._add_rows(table, [row])
         if time.monotonic() - self._saved_at >= min_interval_s:
             self.save()
 
     def extend(self, table: str, rows: list[Any]) -> None:
-        """Add rows to a table kept in its CSV alone (IN_CSV), in one write; run.json learns how many at its next
-        save. A hot loop's batch costs one write, and no rewrite of run.json."""
+        """Add rows to a table kept in its CSV alone, in one write; run.json learns how many at its next save.
+        A hot loop's batch costs one write, and no rewrite of run.json."""
         if rows:
             self._add_rows(table, rows)
 
     def append_csv(self, table: str, rows: list[Any]) -> None:
-        """Rows of one of OWN_TABLES, appended to <table>.csv in one write (the whole file written where it is
-        new); their section of Run.extra is the stage's to record."""
+        """Rows of a CSV a section keeps beside run.json (its `files`: burnin.csv), appended in one write (the
+        whole file written where it is new); the section itself is the stage's to record."""
         if not rows:
             return
         if table not in self._csv_rows:
@@ -171,10 +217,14 @@ class RunFolder:
     def _add_rows(self, table: str, rows: list[Any]) -> None:
         """`rows` at the end of the table in memory and of <table>.csv, in one write: a reader, or a run killed
         now, finds each row whole or not at all (the whole file written where it is new)."""
-        kept = getattr(self.run, table)
+        section = self._section(table)
+        if not section.in_csv:
+            raise AttributeError(f"run.json's section {table!r} keeps no CSV")
+        kept = section.of(self.run)
         kept += rows
         if self._csv_rows.get(table) != len(kept) - len(rows):
-            self._write_csv(table)
+            self.write_csv(table, kept)
+            self._csv_rows[table] = len(kept)
             return
         self._append_csv(table, rows)
 
@@ -194,11 +244,6 @@ class RunFolder:
         except OSError as e:
             raise RunFailed(f"cannot write {path} ({e.strerror or e})") from None
         self._csv_rows[table] += len(rows)
-
-    def _write_csv(self, table: str) -> None:
-        rows = getattr(self.run, table)
-        self.write_csv(table, rows)
-        self._csv_rows[table] = len(rows)
 
     def write_csv(self, table: str, rows: list[Any]) -> None:
         """<table>.csv from `rows` (records of one type, at least one), atomically."""
@@ -222,73 +267,37 @@ class RunFolder:
             pass
 
 
-def announce(path: Path, stream: Any) -> None:
-    """The line that names the files a run left."""
-    print(f"# results: {', '.join(str(f) for f in result_files(path) if f.exists())}", file=stream, flush=True)
-
-
-def _run_json(path: str | Path) -> Path:
-    """The run.json of a run folder given as the folder or as the file."""
-    p = Path(path)
-    return p / "run.json" if p.is_dir() and p.name != "run.json" else p  # a folder named run.json is no run
-
-
-def load_run(path: str | Path) -> Run:
-    """A run folder (or its run.json), checked field by field and upgraded to this version; one that
-    never finished, with the rows its CSVs hold beyond its last save (catch_up)."""
-    file = _run_json(path)
-    if not os.path.lexists(file):
-        raise UsageError(f"no run found at {path}: {file} does not exist")
-    run = documents.read(file, documents.RUN)
-    in_csv = [table for table in IN_CSV if not getattr(run, table)]  # version 7 on: not in run.json
-    for table in in_csv:
-        _read_in_csv(run, file.parent, table)
-    if run.status == "running":
-        catch_up(run, file.parent, [t for t in (*TABLES, *IN_CSV) if t not in in_csv])
-    return run
-
-
-def _read_in_csv(run: Run, folder: Path, table: str) -> None:
-    """A table kept in its CSV alone, as run.json counted it at its last save: the CSV may hold more (rows
-    that reached it after), never fewer."""
-    count = getattr(run, IN_CSV[table])
-    path = folder / f"{table}.csv"
-    if not os.path.lexists(path):
-        if count:
-            raise UsageError(f"{path} is missing, and run.json records {count} rows there: copy the run folder whole")
-        return
+def _remove(file: Path, folder: Path) -> None:
+    """An earlier run's file, or its folder of NCCL logs or dumps; anything else in the way is the user's to move."""
     try:
-        rows = table_csv.read_rows(path, typing.get_args(typing.get_type_hints(Run)[table])[0], IN_CSV_LIMIT)
-    except ValueError as e:
-        raise UsageError(f"the run's {path.name} cannot be read: {e}") from None
-    if len(rows) < count:
-        raise UsageError(f"{path} holds {len(rows)} rows, and run.json records {count}: the file was cut short")
-    setattr(run, table, rows)
+        if file.name in RANK_FOLDERS and file.is_dir() and not file.is_symlink():
+            shutil.rmtree(file)
+        else:
+            file.unlink()
+    except OSError as e:
+        raise UsageError(f"--out {folder}: cannot remove the earlier {file.name} ({e.strerror or e})") from None
 
 
-def catch_up(run: Run, folder: Path, tables: list[str]) -> None:
-    """Adds to `run` each of `tables`' rows that reached its CSV after run.json's last save: all of them
-    where a rank 0 killed mid-run never saved again. A CSV that does not begin with run.json's rows,
-    or cannot be read, is not this run's record of them and is left out."""
-    hints = typing.get_type_hints(Run)
-    for table in tables:
-        rows = getattr(run, table)
-        path = folder / f"{table}.csv"
+def _exists(path: Path) -> bool:
+    """True for anything at `path`, a broken symbolic link included."""
+    return path.exists() or path.is_symlink()
+
+
+def catch_up(loaded: Run, folder: Path, sections: list[Section[Any]]) -> None:
+    """Adds to `loaded` each section's rows that reached its CSV after run.json's last save: all of them where a
+    rank 0 killed mid-run never saved again. A CSV that does not begin with run.json's rows, or cannot be read,
+    is not this run's record of them and is left out."""
+    for section in sections:
+        rows = section.of(loaded)
+        path = folder / f"{section.name}.csv"
         if not path.exists():
             continue
         try:
-            found = table_csv.read_rows(path, typing.get_args(hints[table])[0])
+            found = table_csv.read_rows(path, section.row)
         except ValueError:
             continue
         if len(found) > len(rows) and found[:len(rows)] == rows:
             rows += found[len(rows):]
-
-
-def save_run(path: str | Path, run: Run) -> Path:
-    """Write a run that was loaded (from its folder or its run.json), after its conclusion changed it."""
-    file = _run_json(path)
-    _write(file, documents.to_text(run))
-    return file
 
 
 def _write(path: Path, text: str) -> None:

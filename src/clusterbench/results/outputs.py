@@ -32,14 +32,13 @@ from typing import Any
 
 from clusterbench.errors import UsageError
 from clusterbench.inputs import files
-from clusterbench.results.folder import result_files
 
 SNIFF_BYTES = 4 * 1024**2  # an exclude list of 10,000 nodes is about 200 KB; a larger file is not one of ours
 MARK = "user.clusterbench.output"  # the extended attribute clusterbench leaves on what it wrote
 
 
 def _textfile(head: bytes) -> bool:
-    """Prometheus text whose every series is clusterbench's (prometheus.py names them all clusterbench_)."""
+    """Prometheus text whose every series is clusterbench's (publish/prometheus.py names them all clusterbench_)."""
     starts = (b"# HELP clusterbench_", b"# TYPE clusterbench_", b"clusterbench_")
     lines = head.splitlines()
     return any(line.startswith(b"clusterbench_") for line in lines) and all(line.startswith(starts) for line in lines)
@@ -114,10 +113,14 @@ def _within(path: Path, folder: Path) -> bool:
     return folder.absolute() in path.absolute().parents
 
 
-def _inside_run(path: Path) -> bool:
+# The files a run keeps in a folder: RunFolder.files, from the sections this clusterbench declares.
+RunFiles = Callable[[Path], list[Path]]
+
+
+def _inside_run(path: Path, run_files: RunFiles) -> bool:
     """Whether `path` is one of the files a run keeps in its folder."""
     folder = path.parent
-    return (folder / "run.json").exists() and any(_same(path, f) for f in result_files(folder))
+    return (folder / "run.json").exists() and any(_same(path, f) for f in run_files(folder))
 
 
 def _read(path: Path) -> bytes | None:
@@ -170,8 +173,10 @@ def _writable_here(path: Path, label: str) -> None:
         raise UsageError(f"{label} {path}: cannot write in {folder} ({e.strerror or e})") from None
 
 
-def check_one(path: Path, out: Output, overwrite: bool, label: str | None = None) -> Planned:
-    """`path` as a file `out` may write, else a one-line UsageError saying what is there."""
+def check_one(path: Path, out: Output, overwrite: bool, label: str | None = None,
+              run_files: RunFiles | None = None) -> Planned:
+    """`path` as a file `out` may write, else a one-line UsageError saying what is there (one of a run's files
+    where `run_files` names them)."""
     label = label or out.flag
     try:
         st = os.lstat(path)
@@ -188,7 +193,7 @@ def check_one(path: Path, out: Output, overwrite: bool, label: str | None = None
         raise UsageError(f"{label} {path} is {files.kind(path)}, not a file: name a regular file to write "
                          f"{out.what} to")
     if st is not None:
-        if _inside_run(path):
+        if run_files is not None and _inside_run(path, run_files):
             raise UsageError(f"{label} {path} is part of the run in {path.parent}: write {out.what} elsewhere")
         if not overwrite and out.kind is None:
             raise UsageError(f"{label} {path} already exists: write elsewhere, or add --overwrite to replace it")
@@ -202,9 +207,9 @@ def check_one(path: Path, out: Output, overwrite: bool, label: str | None = None
 def _store_file(args: argparse.Namespace, uses_store: bool) -> Path | None:
     if not (uses_store or hasattr(args, "store")):
         return None
-    from clusterbench.store import where as store_where  # no database library: only the path is wanted
+    from clusterbench.store.where import resolve  # no database library: only the path is wanted
 
-    where = store_where.resolve(getattr(args, "store", None))
+    where = resolve(getattr(args, "store", None))
     return where.path if where is not None else None
 
 
@@ -218,9 +223,10 @@ def _inputs(args: argparse.Namespace, uses_store: bool) -> list[Path]:
     return found + ([store] if store is not None else [])
 
 
-def check(args: argparse.Namespace, uses_store: bool) -> list[Planned]:
-    """Every output option of the command line checked, against each other and against every input (and the
-    results store, where the command records in one: `uses_store`); what each output was before, for mark()."""
+def check(args: argparse.Namespace, uses_store: bool, run_files: RunFiles) -> list[Planned]:
+    """Every output option of the command line checked, against each other, against every input (and the
+    results store, where the command records in one: `uses_store`) and against a run's files; what each output
+    was before, for mark()."""
     overwrite = bool(getattr(args, "overwrite", False))
     outputs = [(Path(value), OUTPUTS[name], _flag(OUTPUTS[name], prefix))
                for name, prefix, value in _options(args) if name in OUTPUTS]
@@ -228,7 +234,7 @@ def check(args: argparse.Namespace, uses_store: bool) -> list[Planned]:
     run_dir = getattr(args, "out", None)
     planned = []
     for i, (path, out, flag) in enumerate(outputs):
-        planned.append(check_one(path, out, overwrite, flag))
+        planned.append(check_one(path, out, overwrite, flag, run_files))
         for earlier, _, other in outputs[:i]:
             if path.absolute() == earlier.absolute() or _same(path, earlier):
                 raise UsageError(f"{flag} {path}: {other} writes there too; give each its own file")
@@ -239,7 +245,7 @@ def check(args: argparse.Namespace, uses_store: bool) -> list[Planned]:
             if path.absolute() == source.absolute() or _same(path, source):
                 raise UsageError(f"{flag} {path} is one of this command's inputs: write {out.what} elsewhere")
     if run_dir is not None:
-        theirs = [f.absolute() for f in result_files(Path(run_dir))]
+        theirs = [f.absolute() for f in run_files(Path(run_dir))]
         for path, out, flag in outputs:
             if path.absolute() == Path(run_dir).absolute() or _within(Path(run_dir), path):
                 raise UsageError(f"{flag} {path}: the run's folder --out {run_dir} goes there; write {out.what} "

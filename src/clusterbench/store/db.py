@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, insert, select
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import RunFailed, UsageError, one_line
 from clusterbench.inputs.printable import printable
 from clusterbench.secrets import masked

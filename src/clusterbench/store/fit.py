@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Column
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.store.record import RunRecord
 from clusterbench.store.schema import figures, nodes, runs
 from clusterbench.store.values import STAMP, unfit

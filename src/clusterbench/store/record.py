@@ -1,5 +1,5 @@
 """What the store keeps of one run: its identity and ending, and every figure with the node, device
-and hardware class that measured it. Built from a run folder (clusterbench.recording) or by a
+and hardware class that measured it. Built from a run folder (clusterbench.publish.recording) or by a
 command that keeps no folder (`check`); free of any database library."""
 
 from __future__ import annotations
@@ -17,7 +17,17 @@ class Figure:
     device: str  # "" for a figure of the node (or of the whole job) rather than of one device
     metric: str
     value: float
-    klass: str  # the hardware class it is compared within (analyse.fleet.node_class)
+    klass: str  # the hardware class it is compared within (stages.fleet.conclusion.node_class)
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """A node judged on its own within a run (a fleet's row): its hardware class, its figures and its verdict."""
+
+    node: str
+    klass: str
+    figures: dict[str, float]
+    verdict: str
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Column, ColumnElement, func, or_
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 
 STAMP = re.compile(r"\d{8}T\d{6}Z")  # a run folder's UTC stamp, as runs.started_utc holds it
 # The largest finite double: SQLite has no isfinite, but an infinity compares above it.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from clusterbench.args import clipped
+from clusterbench.argtypes import clipped
 from clusterbench.errors import UsageError
 from clusterbench.inputs.printable import printable
 from clusterbench.secrets import masked

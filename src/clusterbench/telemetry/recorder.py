@@ -17,14 +17,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clusterbench.devices import device_name
-from clusterbench.dist import Worker
 from clusterbench.errors import RunFailed
 from clusterbench.hw import nvml
 from clusterbench.results.folder import RunFolder
-from clusterbench.results.telemetry import TABLE, DeviceStage, Sample, StageWindow, Telemetry
+from clusterbench.runtime.devices import device_name
+from clusterbench.runtime.dist import Worker
 from clusterbench.telemetry.cpu import CpuProbe
 from clusterbench.telemetry.gpu import GpuProbe
+from clusterbench.telemetry.records import TABLE, DeviceStage, Sample, StageWindow, Telemetry
 from clusterbench.telemetry.sampler import Probe, Reading, Sampler
 from clusterbench.telemetry.summary import device_stage
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from clusterbench.results.telemetry import FIGURES, DeviceStage, Sample, Spread
+from clusterbench.telemetry.records import FIGURES, DeviceStage, Sample, Spread
 
 
 def spread(values: list[float | None]) -> Spread | None:
