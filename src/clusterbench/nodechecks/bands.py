@@ -27,6 +27,11 @@ ROUNDS = 10  # iterations of the exclusion; it settles in two or three
 JUDGES_FROM = 3
 
 
+def node_class(device: str, gpus: int, cores: int | None) -> str:
+    """The hardware class a node is judged within: its GPUs' model and count, or its CPU and cores."""
+    return f"{device} x{gpus}" if gpus else f"{device} ({cores} cores)"
+
+
 def out_of(band: Band, value: float, tolerance: float) -> bool:
     """Whether `value` is worse (lower) than the band allows."""
     short = band.median - value

@@ -19,11 +19,11 @@ from clusterbench.analyse.rules import Rule
 from clusterbench.hw import counters
 from clusterbench.hw.host import cpu
 from clusterbench.nodechecks import bands, measures, node_rules
+from clusterbench.nodechecks.bands import node_class
 from clusterbench.nodechecks.table import NODE_CHECKS, NodeCheck
 from clusterbench.results.documents import Band
 from clusterbench.runtime.devices import device_name
 from clusterbench.stages.fleet import agreement
-from clusterbench.stages.fleet.conclusion import node_class
 from clusterbench.stages.fleet.records import Numerics
 
 PEAK_SECONDS = 0.3  # per figure, the fleet's default --peak-seconds

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 
 from clusterbench.inputs import hostlist
+from clusterbench.nodechecks.bands import node_class
 from clusterbench.results.run import Run
-from clusterbench.stages.fleet.conclusion import node_class
 from clusterbench.stages.hardware.records import HARDWARE, Hardware
 from clusterbench.stages.registry import STAGES, metrics_of
 from clusterbench.store.record import NODE_PREFIX, Figure, RunRecord

@@ -17,7 +17,7 @@ class Figure:
     device: str  # "" for a figure of the node (or of the whole job) rather than of one device
     metric: str
     value: float
-    klass: str  # the hardware class it is compared within (stages.fleet.conclusion.node_class)
+    klass: str  # the hardware class it is compared within (nodechecks.bands.node_class)
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,6 @@ from clusterbench.stages.fleet import agreement, racks, retests
 from clusterbench.stages.fleet.records import FLEET, Exclusion, Fleet, NodeRow
 
 
-def node_class(device: str, gpus: int, cores: int | None) -> str:
-    """The hardware class a node is judged within: its GPUs' model and count, or its CPU and cores."""
-    return f"{device} x{gpus}" if gpus else f"{device} ({cores} cores)"
-
-
 def nodes_of(run: Run) -> list[str]:
     """The job's nodes, in the order of their first rank."""
     return list(dict.fromkeys(p.node for p in sorted(run.env.ranks, key=lambda p: p.rank)))

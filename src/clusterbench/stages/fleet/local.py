@@ -16,11 +16,11 @@ from clusterbench.hw import counters
 from clusterbench.hw.facts import node_facts
 from clusterbench.hw.topology import describe
 from clusterbench.nodechecks import measures
+from clusterbench.nodechecks.bands import node_class
 from clusterbench.nodechecks.measures import Found
 from clusterbench.nodechecks.table import NODE_CHECKS
 from clusterbench.runtime.devices import device_name
 from clusterbench.runtime.dist import Worker
-from clusterbench.stages.fleet.conclusion import node_class
 from clusterbench.stages.fleet.records import CopyFigure, NodeProbe, Numerics
 
 # The checks measured again, alone, for a node whose figures fell out of its band: those with figures.
