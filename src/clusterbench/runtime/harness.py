@@ -134,7 +134,8 @@ def _joined(options: Launch, rendezvous_s: float) -> Joined | None:
     if joined.master_addr is None:
         raise UsageError(f"launched by {joined.launcher}: cannot tell rank 0's host; "
                          "set MASTER_ADDR or --master-addr")
-    check_address(joined.master_addr, min(RESOLVE_S, rendezvous_s))  # before rank 0 claims (or, with --overwrite, empties) the run folder
+    # before rank 0 claims (or, with --overwrite, empties) the run folder
+    check_address(joined.master_addr, min(RESOLVE_S, rendezvous_s))
     if joined.master_port is None:
         raise UsageError(f"launched by {joined.launcher}: no port to meet on; set MASTER_PORT or --master-port")
     return joined

@@ -15,6 +15,7 @@ from clusterbench.errors import UsageError
 from clusterbench.inputs import topology
 from clusterbench.inputs.topology import Topology
 from clusterbench.nodechecks import node_rules
+from clusterbench.nodechecks.bands import node_class
 from clusterbench.report.blocks import Part
 from clusterbench.results.documents import Band
 from clusterbench.results.run import Run
@@ -90,8 +91,8 @@ def this_class(shape: JobShape) -> str:
 
     info = cpu()
     if shape.device_type == "cuda" and torch.cuda.is_available():
-        return conclusion.node_class(torch.cuda.get_device_name(0), torch.cuda.device_count(), info.logical_cores)
-    return conclusion.node_class(info.model or "?", 0, info.logical_cores)
+        return node_class(torch.cuda.get_device_name(0), torch.cuda.device_count(), info.logical_cores)
+    return node_class(info.model or "?", 0, info.logical_cores)
 
 
 def work(rank: Rank, job: FleetJob) -> None:
