@@ -8,7 +8,6 @@ edit of the source would hold it."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import yaml
+from conftest import read_run
 
 from clusterbench.analyse.rules import default_rules_path
 
@@ -64,7 +64,7 @@ def test_a_stage_copied_from_peaks_runs_with_its_folder_and_one_registry_line(tm
                        "--gemm.size", "256", "--gemm.dtypes", "float32"]))
         """, str(tmp_path / "stages"), str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads((out / "run.json").read_text())
+    doc = read_run(out)
     assert [m["dtype"] for m in doc["gemm"]["matmul"]] == ["float32"]
     assert doc["gemm"]["matmul"][0]["n"] == 256 and doc["peaks"]["matmul"][0]["n"] == 128
     verdicts = {v["check"]: v for v in doc["verdicts"]}
@@ -96,7 +96,7 @@ def test_an_op_is_two_entries(tmp_path: Path) -> None:
         """, str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all_gather_list" in proc.stdout
-    rows = json.loads((tmp_path / "run" / "run.json").read_text())["comm"]
+    rows = read_run(tmp_path / "run")["comm"]
     assert {r["op"] for r in rows} == {"all_gather_list"} and len(rows) == 3
     assert all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in rows)
 
@@ -113,6 +113,6 @@ def test_a_rule_is_one_entry(tmp_path: Path) -> None:
         sys.exit(main(["run", "--skip", "comm", "--skip", "train", "--nproc", "2", "--peaks.seconds", "0.05",
                        "--peaks.size", "128", "--rules", sys.argv[1], "--out", sys.argv[2]]))
         """, str(tmp_path / "rules.yaml"), str(out))
-    verdicts = {v["check"]: v for v in json.loads((out / "run.json").read_text())["verdicts"]}
+    verdicts = {v["check"]: v for v in read_run(out)["verdicts"]}
     assert proc.returncode == 0, proc.stdout + proc.stderr  # a WARN is no failure
     assert verdicts["peaks copy"]["status"] == "WARN" and "comm correctness" in verdicts
